@@ -1,0 +1,132 @@
+// kiln's ODS subset of the StableHLO dialect: exactly the ops kiln emits.
+//
+// melior's `dialect!` macro turns these into typed Rust builders. The
+// `stablehlo` namespace is not registered in kiln's MLIR context, so the
+// module prints in generic form, which iree-compile parses. Operand,
+// attribute and result names follow openxla/stablehlo `docs/spec.md`.
+// Attributes that are StableHLO-specific (`#stablehlo.dot<...>`,
+// `#stablehlo<comparison_direction ...>`) are `AnyAttr` here and parsed
+// through the C API when built.
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/CommonAttrConstraints.td"
+
+def StableHLO_Dialect : Dialect {
+  let name = "stablehlo";
+  let cppNamespace = "::kiln::stablehlo";
+  let description = "The subset of StableHLO that kiln emits.";
+}
+
+class StableHLO_Op<string mnemonic, list<Trait> traits = []>
+    : Op<StableHLO_Dialect, mnemonic, traits>;
+
+class StableHLO_UnaryOp<string mnemonic> : StableHLO_Op<mnemonic> {
+  let arguments = (ins AnyTensor:$operand);
+  let results = (outs AnyTensor:$result);
+}
+
+class StableHLO_BinaryOp<string mnemonic> : StableHLO_Op<mnemonic> {
+  let arguments = (ins AnyTensor:$lhs, AnyTensor:$rhs);
+  let results = (outs AnyTensor:$result);
+}
+
+// Element-wise.
+def StableHLO_AddOp : StableHLO_BinaryOp<"add">;
+def StableHLO_SubtractOp : StableHLO_BinaryOp<"subtract">;
+def StableHLO_MultiplyOp : StableHLO_BinaryOp<"multiply">;
+def StableHLO_DivideOp : StableHLO_BinaryOp<"divide">;
+def StableHLO_MaximumOp : StableHLO_BinaryOp<"maximum">;
+def StableHLO_MinimumOp : StableHLO_BinaryOp<"minimum">;
+
+def StableHLO_NegateOp : StableHLO_UnaryOp<"negate">;
+def StableHLO_ExpOp : StableHLO_UnaryOp<"exponential">;
+def StableHLO_LogOp : StableHLO_UnaryOp<"log">;
+def StableHLO_SqrtOp : StableHLO_UnaryOp<"sqrt">;
+def StableHLO_RsqrtOp : StableHLO_UnaryOp<"rsqrt">;
+def StableHLO_TanhOp : StableHLO_UnaryOp<"tanh">;
+def StableHLO_LogisticOp : StableHLO_UnaryOp<"logistic">;
+def StableHLO_ConvertOp : StableHLO_UnaryOp<"convert">;
+
+def StableHLO_ClampOp : StableHLO_Op<"clamp"> {
+  let arguments = (ins AnyTensor:$min, AnyTensor:$operand, AnyTensor:$max);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_CompareOp : StableHLO_Op<"compare"> {
+  // `#stablehlo<comparison_direction LT>`
+  let arguments = (ins AnyTensor:$lhs, AnyTensor:$rhs,
+                   AnyAttr:$comparison_direction);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_SelectOp : StableHLO_Op<"select"> {
+  let arguments = (ins AnyTensor:$pred, AnyTensor:$on_true, AnyTensor:$on_false);
+  let results = (outs AnyTensor:$result);
+}
+
+// Constants.
+def StableHLO_ConstantOp : StableHLO_Op<"constant"> {
+  let arguments = (ins AnyAttr:$value);
+  let results = (outs AnyTensor:$output);
+}
+
+def StableHLO_IotaOp : StableHLO_Op<"iota"> {
+  let arguments = (ins AnyAttr:$iota_dimension);
+  let results = (outs AnyTensor:$output);
+}
+
+// Shape.
+def StableHLO_ReshapeOp : StableHLO_UnaryOp<"reshape">;
+
+def StableHLO_TransposeOp : StableHLO_Op<"transpose"> {
+  let arguments = (ins AnyTensor:$operand, DenseI64ArrayAttr:$permutation);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_BroadcastInDimOp : StableHLO_Op<"broadcast_in_dim"> {
+  let arguments = (ins AnyTensor:$operand,
+                   DenseI64ArrayAttr:$broadcast_dimensions);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_ConcatenateOp : StableHLO_Op<"concatenate"> {
+  let arguments = (ins Variadic<AnyTensor>:$inputs, AnyAttr:$dimension);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_SliceOp : StableHLO_Op<"slice"> {
+  let arguments = (ins AnyTensor:$operand,
+                   DenseI64ArrayAttr:$start_indices,
+                   DenseI64ArrayAttr:$limit_indices,
+                   DenseI64ArrayAttr:$strides);
+  let results = (outs AnyTensor:$result);
+}
+
+// Contractions and indexing.
+def StableHLO_DotGeneralOp : StableHLO_Op<"dot_general"> {
+  // `#stablehlo.dot<lhs_batching_dimensions = ..., ...>`
+  let arguments = (ins AnyTensor:$lhs, AnyTensor:$rhs,
+                   AnyAttr:$dot_dimension_numbers);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_GatherOp : StableHLO_Op<"gather"> {
+  // `#stablehlo.gather<offset_dims = ..., ...>`
+  let arguments = (ins AnyTensor:$operand, AnyTensor:$start_indices,
+                   AnyAttr:$dimension_numbers,
+                   DenseI64ArrayAttr:$slice_sizes);
+  let results = (outs AnyTensor:$result);
+}
+
+// Reductions. StableHLO's `inputs` and `init_values` are variadic with the
+// same size; kiln reduces one tensor at a time.
+def StableHLO_ReduceOp : StableHLO_Op<"reduce"> {
+  let arguments = (ins AnyTensor:$inputs, AnyTensor:$init_values,
+                   DenseI64ArrayAttr:$dimensions);
+  let results = (outs AnyTensor:$result);
+  let regions = (region AnyRegion:$body);
+}
+
+def StableHLO_ReturnOp : StableHLO_Op<"return", [Terminator]> {
+  let arguments = (ins Variadic<AnyTensor>:$results);
+}

@@ -1,0 +1,186 @@
+//! The traced program: values, nodes, params, inputs and outputs.
+//!
+//! Every value is a [`Node`] whose result type is computed by the op's shape
+//! rule (in [`ops`]) when the node is added, so a graph that exists is
+//! well-typed. Lowering and the interpreter trust `Node::ty`, as StableHLO's
+//! reference interpreter trusts the inferred result type.
+//!
+//! The graph has a textual form ([`text`]) that prints and parses back.
+
+pub mod ops;
+pub mod text;
+mod types;
+
+use std::collections::HashMap;
+use thiserror::Error;
+
+pub use ops::{ComparisonDirection, DotDimensions, Op, ReduceKind};
+pub use types::{DType, TensorType};
+
+/// Index of a node in its graph; a node has exactly one result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ValueId(pub usize);
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// Unique within the graph; becomes the MLIR `NameLoc` of what it lowers to.
+    pub name: String,
+    pub op: Op,
+    pub operands: Vec<ValueId>,
+    pub ty: TensorType,
+}
+
+/// A rule of an op was broken: names the op, the spec constraint and the values.
+#[derive(Debug, Error, Clone, PartialEq)]
+#[error("{op} ({rule}): {message}")]
+pub struct ShapeError {
+    pub op: &'static str,
+    /// The StableHLO spec constraint, e.g. `C10`, or `kiln` for kiln's own rules.
+    pub rule: &'static str,
+    pub message: String,
+}
+
+impl ShapeError {
+    pub fn new(op: &'static str, rule: &'static str, message: impl Into<String>) -> Self {
+        ShapeError { op, rule, message: message.into() }
+    }
+}
+
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum GraphError {
+    #[error("node %{node}: {source}")]
+    Shape { node: String, source: ShapeError },
+    #[error("node %{node} ({op}): operand {index} refers to %{operand}, which is not defined before it")]
+    MissingOperand { node: String, op: String, index: usize, operand: String },
+    #[error("value name %{0} is defined twice")]
+    DuplicateName(String),
+    #[error("param \"{name}\" is declared as {first} and again as {second}")]
+    ParamTypeConflict { name: String, first: TensorType, second: TensorType },
+    #[error("the graph has no outputs; `return` at least one value")]
+    NoOutputs,
+    #[error("line {line}: {message}")]
+    Parse { line: usize, message: String },
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Graph {
+    pub name: String,
+    nodes: Vec<Node>,
+    inputs: Vec<ValueId>,
+    outputs: Vec<ValueId>,
+    by_name: HashMap<String, ValueId>,
+    /// Checkpoint tensor name -> its single param node (tied weights share one).
+    params: HashMap<String, ValueId>,
+}
+
+impl Graph {
+    pub fn new(name: impl Into<String>) -> Self {
+        Graph { name: name.into(), ..Default::default() }
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn node(&self, id: ValueId) -> &Node {
+        &self.nodes[id.0]
+    }
+
+    pub fn inputs(&self) -> &[ValueId] {
+        &self.inputs
+    }
+
+    pub fn outputs(&self) -> &[ValueId] {
+        &self.outputs
+    }
+
+    /// Param nodes in definition order.
+    pub fn params(&self) -> impl Iterator<Item = (ValueId, &str, &TensorType)> {
+        self.nodes.iter().enumerate().filter_map(|(i, n)| match &n.op {
+            Op::Param { name } => Some((ValueId(i), name.as_str(), &n.ty)),
+            _ => None,
+        })
+    }
+
+    pub fn lookup(&self, name: &str) -> Option<ValueId> {
+        self.by_name.get(name).copied()
+    }
+
+    /// A fresh node name: `prefix`, or `prefix_N` if taken.
+    pub fn fresh_name(&self, prefix: &str) -> String {
+        if !prefix.is_empty() && !self.by_name.contains_key(prefix) {
+            return prefix.to_string();
+        }
+        let base = if prefix.is_empty() { "v" } else { prefix };
+        (self.nodes.len()..)
+            .map(|i| format!("{base}{i}"))
+            .find(|n| !self.by_name.contains_key(n))
+            .expect("an unbounded range always yields a free name")
+    }
+
+    /// Adds a node after checking its operands with the op's shape rule.
+    ///
+    /// `declared` is the result type written by the caller: required for ops
+    /// whose result type is not a function of their operands (see
+    /// [`Op::takes_declared_type`]), and otherwise checked against the
+    /// inferred type.
+    pub fn add_node(
+        &mut self,
+        name: impl Into<String>,
+        op: Op,
+        operands: Vec<ValueId>,
+        declared: Option<TensorType>,
+    ) -> Result<ValueId, GraphError> {
+        let name = name.into();
+        if self.by_name.contains_key(&name) {
+            return Err(GraphError::DuplicateName(name));
+        }
+        for (index, v) in operands.iter().enumerate() {
+            if v.0 >= self.nodes.len() {
+                return Err(GraphError::MissingOperand {
+                    node: name,
+                    op: op.name().to_string(),
+                    index,
+                    operand: format!("#{}", v.0),
+                });
+            }
+        }
+        let types: Vec<&TensorType> = operands.iter().map(|v| &self.nodes[v.0].ty).collect();
+        let ty = op
+            .infer(&types, declared.as_ref())
+            .map_err(|source| GraphError::Shape { node: name.clone(), source })?;
+        if let Op::Param { name: pname } = &op {
+            if let Some(&existing) = self.params.get(pname) {
+                let first = &self.nodes[existing.0].ty;
+                if *first != ty {
+                    return Err(GraphError::ParamTypeConflict {
+                        name: pname.clone(),
+                        first: first.clone(),
+                        second: ty,
+                    });
+                }
+                // Tied weights: the new name is an alias of the one param.
+                self.by_name.insert(name, existing);
+                return Ok(existing);
+            }
+        }
+        let id = ValueId(self.nodes.len());
+        if let Op::Param { name: pname } = &op {
+            self.params.insert(pname.clone(), id);
+        }
+        if matches!(op, Op::Input) {
+            self.inputs.push(id);
+        }
+        self.by_name.insert(name.clone(), id);
+        self.nodes.push(Node { name, op, operands, ty });
+        Ok(id)
+    }
+
+    pub fn set_outputs(&mut self, outputs: Vec<ValueId>) -> Result<(), GraphError> {
+        if outputs.is_empty() {
+            return Err(GraphError::NoOutputs);
+        }
+        self.outputs = outputs;
+        Ok(())
+    }
+}

@@ -1,0 +1,161 @@
+//! Ops that move elements without computing: reshape, transpose,
+//! broadcast_in_dim, concatenate, slice.
+
+use super::{check_dims, same_dtype};
+use crate::graph::{ShapeError, TensorType};
+
+/// reshape_c1 (same element type), reshape_c2 (same element count).
+pub fn infer_reshape(operand: &TensorType, declared: &TensorType) -> Result<TensorType, ShapeError> {
+    same_dtype("reshape", "C1", operand, declared)?;
+    if operand.num_elements() != declared.num_elements() {
+        return Err(ShapeError::new(
+            "reshape",
+            "C2",
+            format!(
+                "element counts differ: operand {operand} has {}, result {declared} has {}",
+                operand.num_elements(),
+                declared.num_elements()
+            ),
+        ));
+    }
+    Ok(declared.clone())
+}
+
+/// transpose_c2 (permutation is a permutation of 0..rank), transpose_c4
+/// (result dim i = operand dim permutation[i]).
+pub fn infer_transpose(operand: &TensorType, permutation: &[usize]) -> Result<TensorType, ShapeError> {
+    if permutation.len() != operand.rank() {
+        return Err(ShapeError::new(
+            "transpose",
+            "C2",
+            format!("permutation {permutation:?} has {} entries for operand {operand} of rank {}", permutation.len(), operand.rank()),
+        ));
+    }
+    check_dims("transpose", "C2", "permutation", permutation, operand.rank())?;
+    let shape = permutation.iter().map(|&p| operand.shape[p]).collect::<Vec<_>>();
+    Ok(TensorType::new(shape, operand.dtype))
+}
+
+/// broadcast_in_dim_c2..c5: one result dim per operand dim, unique, in range,
+/// and each operand dim is 1 or equals the result dim it maps to.
+pub fn infer_broadcast_in_dim(
+    operand: &TensorType,
+    broadcast_dimensions: &[usize],
+    declared: &TensorType,
+) -> Result<TensorType, ShapeError> {
+    same_dtype("broadcast_in_dim", "C1", operand, declared)?;
+    if broadcast_dimensions.len() != operand.rank() {
+        return Err(ShapeError::new(
+            "broadcast_in_dim",
+            "C2",
+            format!("broadcast_dimensions {broadcast_dimensions:?} must have one entry per operand dim of {operand}"),
+        ));
+    }
+    check_dims("broadcast_in_dim", "C3", "broadcast_dimensions", broadcast_dimensions, declared.rank())?;
+    for (i, &d) in broadcast_dimensions.iter().enumerate() {
+        let (from, to) = (operand.shape[i], declared.shape[d]);
+        if from != 1 && from != to {
+            return Err(ShapeError::new(
+                "broadcast_in_dim",
+                "C5",
+                format!("operand dim {i} has size {from}, which cannot broadcast to result dim {d} of size {to} ({operand} -> {declared})"),
+            ));
+        }
+    }
+    Ok(declared.clone())
+}
+
+/// concatenate_c1..c6: at least one input, same rank and element type, equal
+/// sizes except along `dimension`.
+pub fn infer_concatenate(inputs: &[&TensorType], dimension: usize) -> Result<TensorType, ShapeError> {
+    let first = inputs.first().ok_or_else(|| ShapeError::new("concatenate", "C2", "needs at least one input"))?;
+    if dimension >= first.rank() {
+        return Err(ShapeError::new("concatenate", "C4", format!("dimension {dimension} is out of bounds for {first}")));
+    }
+    let mut shape = first.shape.clone();
+    for (i, t) in inputs.iter().enumerate().skip(1) {
+        same_dtype("concatenate", "C1", first, t)?;
+        let compatible = t.rank() == first.rank()
+            && (0..t.rank()).all(|d| d == dimension || t.shape[d] == first.shape[d]);
+        if !compatible {
+            return Err(ShapeError::new(
+                "concatenate",
+                "C3",
+                format!("input ({i}) {t} does not match input (0) {first} outside dimension {dimension}"),
+            ));
+        }
+        shape[dimension] += t.shape[dimension];
+    }
+    Ok(TensorType::new(shape, first.dtype))
+}
+
+/// slice_c2..c4: one start/limit/stride per dim, `0 <= start <= limit <= size`,
+/// `stride > 0`; result dim = ceil((limit - start) / stride).
+pub fn infer_slice(
+    operand: &TensorType,
+    start_indices: &[usize],
+    limit_indices: &[usize],
+    strides: &[usize],
+) -> Result<TensorType, ShapeError> {
+    let rank = operand.rank();
+    if start_indices.len() != rank || limit_indices.len() != rank || strides.len() != rank {
+        return Err(ShapeError::new(
+            "slice",
+            "C2",
+            format!("start_indices, limit_indices and strides need {rank} entries each for {operand}"),
+        ));
+    }
+    let mut shape = Vec::with_capacity(rank);
+    for d in 0..rank {
+        let (start, limit, stride) = (start_indices[d], limit_indices[d], strides[d]);
+        if !(start <= limit && limit <= operand.shape[d]) {
+            return Err(ShapeError::new(
+                "slice",
+                "C3",
+                format!("dim {d}: need 0 <= start {start} <= limit {limit} <= size {}", operand.shape[d]),
+            ));
+        }
+        if stride == 0 {
+            return Err(ShapeError::new("slice", "C4", format!("dim {d}: stride must be positive")));
+        }
+        shape.push((limit - start).div_ceil(stride));
+    }
+    Ok(TensorType::new(shape, operand.dtype))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> TensorType {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn reshape_keeps_element_count() {
+        assert!(infer_reshape(&t("tensor<2x3xf32>"), &t("tensor<6xf32>")).is_ok());
+        assert_eq!(infer_reshape(&t("tensor<2x3xf32>"), &t("tensor<7xf32>")).unwrap_err().rule, "C2");
+    }
+
+    #[test]
+    fn transpose_permutes_dims() {
+        assert_eq!(infer_transpose(&t("tensor<2x3x4xf32>"), &[2, 0, 1]).unwrap(), t("tensor<4x2x3xf32>"));
+        assert!(infer_transpose(&t("tensor<2x3xf32>"), &[0, 0]).is_err());
+    }
+
+    #[test]
+    fn broadcast_checks_sizes() {
+        assert!(infer_broadcast_in_dim(&t("tensor<3xf32>"), &[1], &t("tensor<2x3xf32>")).is_ok());
+        assert!(infer_broadcast_in_dim(&t("tensor<1xf32>"), &[0], &t("tensor<4x3xf32>")).is_ok());
+        assert_eq!(infer_broadcast_in_dim(&t("tensor<3xf32>"), &[0], &t("tensor<2x3xf32>")).unwrap_err().rule, "C5");
+    }
+
+    #[test]
+    fn concatenate_and_slice() {
+        let (a, b) = (t("tensor<2x3xf32>"), t("tensor<4x3xf32>"));
+        assert_eq!(infer_concatenate(&[&a, &b], 0).unwrap(), t("tensor<6x3xf32>"));
+        assert_eq!(infer_concatenate(&[&a, &b], 1).unwrap_err().rule, "C3");
+        assert_eq!(infer_slice(&b, &[1, 0], &[4, 3], &[2, 1]).unwrap(), t("tensor<2x3xf32>"));
+        assert_eq!(infer_slice(&b, &[0, 0], &[5, 3], &[1, 1]).unwrap_err().rule, "C3");
+    }
+}

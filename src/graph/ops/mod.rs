@@ -1,0 +1,343 @@
+//! Graph ops and their shape rules, one file per op family.
+//!
+//! The same file stems hold the family's lowering (`src/lower/`), its
+//! reference semantics (`src/interp/`) and its lit tests (`test/lit/`).
+//! Matches over [`Op`] have no `_ =>` arm, so a new op does not compile
+//! until every stage handles it.
+
+pub mod constant;
+pub mod dot_general;
+pub mod elementwise;
+pub mod gather;
+pub mod layout;
+pub mod reduce;
+
+use super::{DType, ShapeError, TensorType};
+use std::fmt;
+
+pub use dot_general::DotDimensions;
+pub use elementwise::{BinaryOp, ComparisonDirection, UnaryOp};
+pub use reduce::ReduceKind;
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// A function argument; its type is declared.
+    Input,
+    /// A named weight; becomes a `util.global`, never a function argument.
+    Param { name: String },
+    /// A splat constant of the declared type.
+    Constant { value: f64 },
+    Iota { iota_dimension: usize },
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    /// Element type conversion to the declared type's dtype.
+    Convert,
+    /// `clamp(min, operand, max)`.
+    Clamp,
+    Compare(ComparisonDirection),
+    /// `select(pred, on_true, on_false)`.
+    Select,
+    /// To the declared shape, same element count.
+    Reshape,
+    Transpose { permutation: Vec<usize> },
+    /// To the declared shape.
+    BroadcastInDim { broadcast_dimensions: Vec<usize> },
+    Concatenate { dimension: usize },
+    Slice { start_indices: Vec<usize>, limit_indices: Vec<usize>, strides: Vec<usize> },
+    DotGeneral(DotDimensions),
+    /// Embedding row lookup: `operand[indices[...], :]`.
+    Gather,
+    Reduce { kind: ReduceKind, dimensions: Vec<usize> },
+}
+
+/// An attribute value in the graph text: `3`, `1.5`, `[1, 0]`, `LT`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrValue {
+    Int(usize),
+    Float(f64),
+    Ints(Vec<usize>),
+    Ident(String),
+    Str(String),
+}
+
+impl fmt::Display for AttrValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttrValue::Int(i) => write!(f, "{i}"),
+            // `{:?}` prints the shortest text that parses back to the same f64.
+            AttrValue::Float(x) => write!(f, "{x:?}"),
+            AttrValue::Ints(v) => {
+                let items: Vec<String> = v.iter().map(|i| i.to_string()).collect();
+                write!(f, "[{}]", items.join(", "))
+            }
+            AttrValue::Ident(s) => f.write_str(s),
+            AttrValue::Str(s) => f.write_str(&serde_json::to_string(s).map_err(|_| fmt::Error)?),
+        }
+    }
+}
+
+impl Op {
+    /// The op's name in graph text (StableHLO's spelling where one exists).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Input => "input",
+            Op::Param { .. } => "param",
+            Op::Constant { .. } => "constant",
+            Op::Iota { .. } => "iota",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Convert => "convert",
+            Op::Clamp => "clamp",
+            Op::Compare(_) => "compare",
+            Op::Select => "select",
+            Op::Reshape => "reshape",
+            Op::Transpose { .. } => "transpose",
+            Op::BroadcastInDim { .. } => "broadcast_in_dim",
+            Op::Concatenate { .. } => "concatenate",
+            Op::Slice { .. } => "slice",
+            Op::DotGeneral(_) => "dot_general",
+            Op::Gather => "gather",
+            Op::Reduce { .. } => "reduce",
+        }
+    }
+
+    /// Ops whose result type is given by the caller rather than derived
+    /// from the operands.
+    pub fn takes_declared_type(&self) -> bool {
+        matches!(
+            self,
+            Op::Input
+                | Op::Param { .. }
+                | Op::Constant { .. }
+                | Op::Iota { .. }
+                | Op::Convert
+                | Op::Reshape
+                | Op::BroadcastInDim { .. }
+        )
+    }
+
+    /// The shape rule: checks operands and returns the result type.
+    pub fn infer(&self, operands: &[&TensorType], declared: Option<&TensorType>) -> Result<TensorType, ShapeError> {
+        let op = self.name();
+        let arity = match self {
+            Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } => 0,
+            Op::Unary(_)
+            | Op::Convert
+            | Op::Reshape
+            | Op::Transpose { .. }
+            | Op::BroadcastInDim { .. }
+            | Op::Slice { .. }
+            | Op::Reduce { .. } => 1,
+            Op::Binary(_) | Op::Compare(_) | Op::DotGeneral(_) | Op::Gather => 2,
+            Op::Clamp | Op::Select => 3,
+            Op::Concatenate { .. } => usize::MAX,
+        };
+        if arity != usize::MAX && operands.len() != arity {
+            return Err(ShapeError::new(op, "kiln", format!("expects {arity} operands, got {}", operands.len())));
+        }
+        let declared = match (self.takes_declared_type(), declared) {
+            (true, Some(d)) => Some(d),
+            (true, None) => return Err(ShapeError::new(op, "kiln", "needs its result type written after ':'")),
+            (false, _) => None,
+        };
+        let inferred = match self {
+            Op::Input | Op::Param { .. } | Op::Constant { .. } => {
+                Ok(declared.expect("checked above: declared-type op").clone())
+            }
+            Op::Iota { iota_dimension } => constant::infer_iota(*iota_dimension, declared.expect("declared-type op")),
+            Op::Unary(u) => elementwise::infer_unary(*u, operands[0]),
+            Op::Binary(b) => elementwise::infer_binary(b.name(), operands[0], operands[1]),
+            Op::Convert => elementwise::infer_convert(operands[0], declared.expect("declared-type op")),
+            Op::Clamp => elementwise::infer_clamp(operands[0], operands[1], operands[2]),
+            Op::Compare(_) => elementwise::infer_compare(operands[0], operands[1]),
+            Op::Select => elementwise::infer_select(operands[0], operands[1], operands[2]),
+            Op::Reshape => layout::infer_reshape(operands[0], declared.expect("declared-type op")),
+            Op::Transpose { permutation } => layout::infer_transpose(operands[0], permutation),
+            Op::BroadcastInDim { broadcast_dimensions } => {
+                layout::infer_broadcast_in_dim(operands[0], broadcast_dimensions, declared.expect("declared-type op"))
+            }
+            Op::Concatenate { dimension } => layout::infer_concatenate(operands, *dimension),
+            Op::Slice { start_indices, limit_indices, strides } => {
+                layout::infer_slice(operands[0], start_indices, limit_indices, strides)
+            }
+            Op::DotGeneral(dims) => dot_general::infer_dot_general(operands[0], operands[1], dims),
+            Op::Gather => gather::infer_gather(operands[0], operands[1]),
+            Op::Reduce { kind, dimensions } => reduce::infer_reduce(*kind, operands[0], dimensions),
+        }?;
+        Ok(inferred)
+    }
+
+    /// Attributes as written in graph text, in a fixed order.
+    pub fn attributes(&self) -> Vec<(&'static str, AttrValue)> {
+        match self {
+            Op::Input
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Convert
+            | Op::Clamp
+            | Op::Select
+            | Op::Reshape
+            | Op::Gather => vec![],
+            Op::Param { name } => vec![("name", AttrValue::Str(name.clone()))],
+            Op::Constant { value } => vec![("value", AttrValue::Float(*value))],
+            Op::Iota { iota_dimension } => vec![("iota_dimension", AttrValue::Int(*iota_dimension))],
+            Op::Compare(d) => vec![("comparison_direction", AttrValue::Ident(d.as_str().into()))],
+            Op::Transpose { permutation } => vec![("permutation", AttrValue::Ints(permutation.clone()))],
+            Op::BroadcastInDim { broadcast_dimensions } => {
+                vec![("broadcast_dimensions", AttrValue::Ints(broadcast_dimensions.clone()))]
+            }
+            Op::Concatenate { dimension } => vec![("dimension", AttrValue::Int(*dimension))],
+            Op::Slice { start_indices, limit_indices, strides } => vec![
+                ("start_indices", AttrValue::Ints(start_indices.clone())),
+                ("limit_indices", AttrValue::Ints(limit_indices.clone())),
+                ("strides", AttrValue::Ints(strides.clone())),
+            ],
+            Op::DotGeneral(d) => vec![
+                ("lhs_batching_dimensions", AttrValue::Ints(d.lhs_batching_dimensions.clone())),
+                ("rhs_batching_dimensions", AttrValue::Ints(d.rhs_batching_dimensions.clone())),
+                ("lhs_contracting_dimensions", AttrValue::Ints(d.lhs_contracting_dimensions.clone())),
+                ("rhs_contracting_dimensions", AttrValue::Ints(d.rhs_contracting_dimensions.clone())),
+            ],
+            Op::Reduce { kind, dimensions } => vec![
+                ("kind", AttrValue::Ident(kind.as_str().into())),
+                ("dimensions", AttrValue::Ints(dimensions.clone())),
+            ],
+        }
+    }
+
+    /// Builds an op from its text name and attributes; the inverse of
+    /// [`Op::name`] + [`Op::attributes`].
+    pub fn from_parts(name: &str, mut attrs: Attrs) -> Result<Op, String> {
+        let op = match name {
+            "param" => Op::Param { name: attrs.str("name")? },
+            "constant" => Op::Constant { value: attrs.float("value")? },
+            "iota" => Op::Iota { iota_dimension: attrs.int("iota_dimension")? },
+            "convert" => Op::Convert,
+            "clamp" => Op::Clamp,
+            "compare" => Op::Compare(attrs.ident("comparison_direction")?.parse()?),
+            "select" => Op::Select,
+            "reshape" => Op::Reshape,
+            "transpose" => Op::Transpose { permutation: attrs.ints("permutation")? },
+            "broadcast_in_dim" => Op::BroadcastInDim { broadcast_dimensions: attrs.ints("broadcast_dimensions")? },
+            "concatenate" => Op::Concatenate { dimension: attrs.int("dimension")? },
+            "slice" => Op::Slice {
+                start_indices: attrs.ints("start_indices")?,
+                limit_indices: attrs.ints("limit_indices")?,
+                strides: attrs.ints("strides")?,
+            },
+            "dot_general" => Op::DotGeneral(DotDimensions {
+                lhs_batching_dimensions: attrs.ints("lhs_batching_dimensions")?,
+                rhs_batching_dimensions: attrs.ints("rhs_batching_dimensions")?,
+                lhs_contracting_dimensions: attrs.ints("lhs_contracting_dimensions")?,
+                rhs_contracting_dimensions: attrs.ints("rhs_contracting_dimensions")?,
+            }),
+            "gather" => Op::Gather,
+            "reduce" => Op::Reduce { kind: attrs.ident("kind")?.parse()?, dimensions: attrs.ints("dimensions")? },
+            other => {
+                if let Some(u) = UnaryOp::ALL.iter().find(|u| u.name() == other) {
+                    Op::Unary(*u)
+                } else if let Some(b) = BinaryOp::ALL.iter().find(|b| b.name() == other) {
+                    Op::Binary(*b)
+                } else {
+                    return Err(format!("unknown op '{other}'"));
+                }
+            }
+        };
+        attrs.finish(name)?;
+        Ok(op)
+    }
+}
+
+/// Attributes parsed from text, consumed by name; leftovers are an error.
+#[derive(Debug, Default)]
+pub struct Attrs(pub Vec<(String, AttrValue)>);
+
+impl Attrs {
+    fn take(&mut self, key: &str) -> Result<AttrValue, String> {
+        let pos = self.0.iter().position(|(k, _)| k == key).ok_or_else(|| format!("missing attribute '{key}'"))?;
+        Ok(self.0.remove(pos).1)
+    }
+
+    fn int(&mut self, key: &str) -> Result<usize, String> {
+        match self.take(key)? {
+            AttrValue::Int(i) => Ok(i),
+            v => Err(format!("attribute '{key}' must be a non-negative integer, found {v}")),
+        }
+    }
+
+    fn float(&mut self, key: &str) -> Result<f64, String> {
+        match self.take(key)? {
+            AttrValue::Float(x) => Ok(x),
+            AttrValue::Int(i) => Ok(i as f64),
+            v => Err(format!("attribute '{key}' must be a number, found {v}")),
+        }
+    }
+
+    fn ints(&mut self, key: &str) -> Result<Vec<usize>, String> {
+        match self.take(key)? {
+            AttrValue::Ints(v) => Ok(v),
+            v => Err(format!("attribute '{key}' must be a list like [0, 1], found {v}")),
+        }
+    }
+
+    fn ident(&mut self, key: &str) -> Result<String, String> {
+        match self.take(key)? {
+            AttrValue::Ident(s) => Ok(s),
+            v => Err(format!("attribute '{key}' must be a bare word, found {v}")),
+        }
+    }
+
+    fn str(&mut self, key: &str) -> Result<String, String> {
+        match self.take(key)? {
+            AttrValue::Str(s) => Ok(s),
+            v => Err(format!("attribute '{key}' must be a quoted string, found {v}")),
+        }
+    }
+
+    fn finish(self, op: &str) -> Result<(), String> {
+        match self.0.first() {
+            Some((k, _)) => Err(format!("op '{op}' has no attribute '{k}'")),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Checks that `dims` are distinct and each `< rank`.
+pub(crate) fn check_dims(
+    op: &'static str,
+    rule: &'static str,
+    what: &str,
+    dims: &[usize],
+    rank: usize,
+) -> Result<(), ShapeError> {
+    for (i, &d) in dims.iter().enumerate() {
+        if d >= rank {
+            return Err(ShapeError::new(op, rule, format!("{what}[{i}] = {d} is out of bounds for rank {rank}")));
+        }
+        if dims[..i].contains(&d) {
+            return Err(ShapeError::new(op, rule, format!("{what} has {d} twice: {dims:?}")));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn same_dtype(op: &'static str, rule: &'static str, a: &TensorType, b: &TensorType) -> Result<(), ShapeError> {
+    if a.dtype != b.dtype {
+        return Err(ShapeError::new(op, rule, format!("element types differ: {a} vs {b}")));
+    }
+    Ok(())
+}
+
+pub(crate) fn require_float(op: &'static str, t: &TensorType) -> Result<(), ShapeError> {
+    if !t.dtype.is_float() {
+        return Err(ShapeError::new(op, "C1", format!("operand must be a float tensor, found {t}")));
+    }
+    Ok(())
+}
+
+pub(crate) fn require_dtype(op: &'static str, rule: &'static str, t: &TensorType, dtype: DType) -> Result<(), ShapeError> {
+    if t.dtype != dtype {
+        return Err(ShapeError::new(op, rule, format!("expected element type {dtype}, found {t}")));
+    }
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! Reductions over a set of dimensions (sum, max).
+
+use super::check_dims;
+use crate::graph::{DType, ShapeError, TensorType};
+use std::str::FromStr;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceKind {
+    Sum,
+    Max,
+}
+
+impl ReduceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReduceKind::Sum => "sum",
+            ReduceKind::Max => "max",
+        }
+    }
+}
+
+impl FromStr for ReduceKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sum" => Ok(ReduceKind::Sum),
+            "max" => Ok(ReduceKind::Max),
+            _ => Err(format!("unknown reduce kind '{s}' (expected sum or max)")),
+        }
+    }
+}
+
+/// reduce_c4 (dimensions unique and in range), reduce_c8 (result drops the
+/// reduced dimensions).
+pub fn infer_reduce(kind: ReduceKind, operand: &TensorType, dimensions: &[usize]) -> Result<TensorType, ShapeError> {
+    check_dims("reduce", "C4", "dimensions", dimensions, operand.rank())?;
+    if operand.dtype == DType::I1 {
+        return Err(ShapeError::new("reduce", "kiln", format!("cannot {} an i1 tensor: {operand}", kind.as_str())));
+    }
+    let shape = (0..operand.rank()).filter(|d| !dimensions.contains(d)).map(|d| operand.shape[d]).collect::<Vec<_>>();
+    Ok(TensorType::new(shape, operand.dtype))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drops_reduced_dims() {
+        let x: TensorType = "tensor<2x3x4xf32>".parse().unwrap();
+        assert_eq!(infer_reduce(ReduceKind::Sum, &x, &[1]).unwrap().to_string(), "tensor<2x4xf32>");
+        assert_eq!(infer_reduce(ReduceKind::Max, &x, &[0, 2]).unwrap().to_string(), "tensor<3xf32>");
+        assert_eq!(infer_reduce(ReduceKind::Sum, &x, &[3]).unwrap_err().rule, "C4");
+        assert_eq!(infer_reduce(ReduceKind::Sum, &x, &[1, 1]).unwrap_err().rule, "C4");
+    }
+}
