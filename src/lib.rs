@@ -8,3 +8,23 @@
 
 pub mod graph;
 pub mod trace;
+pub mod lower;
+pub mod params;
+
+use std::io::Write;
+use std::path::Path;
+
+/// Writes `bytes` to `path` through a temporary file in the same directory
+/// and a rename, so readers never see a partial file and a failed write
+/// leaves nothing behind.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}

@@ -48,8 +48,8 @@ impl ShapeError {
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum GraphError {
-    #[error("node %{node}: {source}")]
-    Shape { node: String, source: ShapeError },
+    #[error("node %{node}: {error}")]
+    Shape { node: String, error: ShapeError },
     #[error("node %{node} ({op}): operand {index} refers to %{operand}, which is not defined before it")]
     MissingOperand { node: String, op: String, index: usize, operand: String },
     #[error("value name %{0} is defined twice")]
@@ -148,7 +148,7 @@ impl Graph {
         let types: Vec<&TensorType> = operands.iter().map(|v| &self.nodes[v.0].ty).collect();
         let ty = op
             .infer(&types, declared.as_ref())
-            .map_err(|source| GraphError::Shape { node: name.clone(), source })?;
+            .map_err(|error| GraphError::Shape { node: name.clone(), error })?;
         if let Op::Param { name: pname } = &op {
             if let Some(&existing) = self.params.get(pname) {
                 let first = &self.nodes[existing.0].ty;

@@ -1,0 +1,39 @@
+//! Lowers splat constants and iota.
+
+use super::dialects::stablehlo;
+use super::{element_type, Emitter, LowerError};
+use crate::graph::TensorType;
+use melior::ir::attribute::{DenseElementsAttribute, FloatAttribute, IntegerAttribute};
+use melior::ir::r#type::IntegerType;
+use melior::ir::{Attribute, Type, Value};
+
+/// `dense<value> : tensor<...>`, a splat built through the C API.
+pub(super) fn splat_attribute<'c>(e: &Emitter<'c, '_>, value: f64, ty: &TensorType) -> Result<Attribute<'c>, LowerError> {
+    let ctx = e.ctx();
+    let elem = element_type(ctx, ty.dtype);
+    let scalar: Attribute = if ty.dtype.is_float() {
+        FloatAttribute::new(ctx, elem, value).into()
+    } else if ty.dtype == crate::graph::DType::I1 {
+        IntegerAttribute::new(elem, i64::from(value != 0.0)).into()
+    } else {
+        // Saturating, truncating: the same conversion the interpreter uses.
+        IntegerAttribute::new(elem, value as i64).into()
+    };
+    DenseElementsAttribute::new(e.tensor_type(ty), &[scalar])
+        .map(Into::into)
+        .map_err(|err| e.error(format!("cannot build splat {value} of {ty}: {err}")))
+}
+
+pub(super) fn lower_constant<'c, 'a>(e: &Emitter<'c, 'a>, value: f64, ty: &TensorType) -> Result<Value<'c, 'a>, LowerError> {
+    let attr = splat_attribute(e, value, ty)?;
+    e.emit(stablehlo::constant(e.ctx(), e.tensor_type(ty), attr, e.loc()))
+}
+
+pub(super) fn lower_iota<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    iota_dimension: usize,
+    result: Type<'c>,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let dim = IntegerAttribute::new(IntegerType::new(e.ctx(), 64).into(), iota_dimension as i64);
+    e.emit(stablehlo::iota(e.ctx(), result, dim.into(), e.loc()))
+}

@@ -1,0 +1,277 @@
+//! Graph → StableHLO through the MLIR C API (melior).
+//!
+//! One file per op family, with the same stems as `src/graph/ops/` and
+//! `src/interp/`. Each family builds typed ops with the builders generated
+//! from `dialects/*.td` ([`dialects`]). Result types are the ones stored on
+//! the graph nodes, which the shape rules computed by the StableHLO spec.
+//! Every op carries a `NameLoc` with its node's name, so diagnostics point
+//! back at the graph. The module is verified before anyone can print it.
+
+pub mod dialects;
+
+mod constant;
+mod dot_general;
+mod elementwise;
+mod gather;
+mod layout;
+mod reduce;
+
+use crate::graph::{DType, Graph, Op, TensorType};
+use crate::params;
+use melior::dialect::{func, DialectHandle};
+use melior::ir::attribute::{DenseI64ArrayAttribute, StringAttribute, TypeAttribute};
+use melior::ir::operation::{OperationLike, OperationPrintingFlags};
+use melior::ir::r#type::{FunctionType, IntegerType, RankedTensorType};
+use melior::ir::{Attribute, Block, BlockLike, Location, Module, Operation, Region, RegionLike, Type, Value};
+use melior::Context;
+use std::cell::RefCell;
+use std::rc::Rc;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum LowerError {
+    #[error("node %{node} ({op}): {message}{}", fmt_diagnostics(.diagnostics))]
+    Node { node: String, op: &'static str, message: String, diagnostics: Vec<String> },
+    #[error("the lowered module failed MLIR verification; this is a kiln bug, please report it with the graph{}", fmt_diagnostics(.diagnostics))]
+    Verify { diagnostics: Vec<String> },
+    #[error("cannot print the module: {0}")]
+    Print(String),
+}
+
+fn fmt_diagnostics(diagnostics: &[String]) -> String {
+    diagnostics.iter().map(|d| format!("\n  mlir: {d}")).collect()
+}
+
+/// How lowering names things outside the graph.
+#[derive(Clone, Debug)]
+pub struct LowerOptions {
+    /// Scope of `#flow.parameter.named<"scope"::"name">`; `iree-run-module
+    /// --parameters=SCOPE=FILE` binds it to a parameter file.
+    pub param_scope: String,
+}
+
+impl Default for LowerOptions {
+    fn default() -> Self {
+        LowerOptions { param_scope: "model".into() }
+    }
+}
+
+/// An MLIR context set up for kiln, with a handler that captures
+/// diagnostics so errors can carry them.
+pub struct Session {
+    context: Context,
+    diagnostics: Rc<RefCell<Vec<String>>>,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Session {
+    pub fn new() -> Self {
+        let context = Context::new();
+        DialectHandle::func().register_dialect(&context);
+        context.get_or_load_dialect("func");
+        // stablehlo, util and flow are IREE's; they stay unregistered here and
+        // print in generic form.
+        context.set_allow_unregistered_dialects(true);
+        let diagnostics = Rc::new(RefCell::new(Vec::new()));
+        let sink = diagnostics.clone();
+        context.attach_diagnostic_handler(move |d| {
+            sink.borrow_mut().push(format!("{}: {}", d.location(), d));
+            true
+        });
+        Session { context, diagnostics }
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    fn take_diagnostics(&self) -> Vec<String> {
+        std::mem::take(&mut *self.diagnostics.borrow_mut())
+    }
+
+    /// Lowers `graph` into a verified module with one function named after it.
+    pub fn lower(&self, graph: &Graph, options: &LowerOptions) -> Result<Module<'_>, LowerError> {
+        let ctx = &self.context;
+        self.take_diagnostics();
+        let module = Module::new(Location::unknown(ctx));
+        let globals = params::declare_globals(self, &module, graph, options)?;
+
+        let arg_types: Vec<Type> = graph.inputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
+        let result_types: Vec<Type> = graph.outputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
+        let arg_locs: Vec<(Type, Location)> = graph
+            .inputs()
+            .iter()
+            .zip(&arg_types)
+            .map(|(&v, &t)| (t, Location::name(ctx, &graph.node(v).name, Location::unknown(ctx))))
+            .collect();
+        let block = Block::new(&arg_locs);
+        {
+            let mut values: Vec<Option<Value>> = vec![None; graph.nodes().len()];
+            for (i, &v) in graph.inputs().iter().enumerate() {
+                values[v.0] = Some(block.argument(i).expect("one block argument per graph input").into());
+            }
+            for (index, node) in graph.nodes().iter().enumerate() {
+                if matches!(node.op, Op::Input) {
+                    continue;
+                }
+                let e = Emitter { session: self, block: &block, node: &node.name, op: node.op.name() };
+                let mut operands = Vec::with_capacity(node.operands.len());
+                for (i, v) in node.operands.iter().enumerate() {
+                    let value = values.get(v.0).copied().flatten().ok_or_else(|| {
+                        e.error(format!("operand {i} (value #{}) was not lowered before its use", v.0))
+                    })?;
+                    operands.push(value);
+                }
+                let operand_types: Vec<&TensorType> = node.operands.iter().map(|v| &graph.node(*v).ty).collect();
+                values[index] = Some(e.lower_node(&node.op, &operands, &operand_types, &node.ty, &globals)?);
+            }
+            let outputs = graph
+                .outputs()
+                .iter()
+                .map(|v| values[v.0].ok_or_else(|| LowerError::Node {
+                    node: graph.node(*v).name.clone(),
+                    op: "return",
+                    message: "returned value was not lowered".into(),
+                    diagnostics: vec![],
+                }))
+                .collect::<Result<Vec<_>, _>>()?;
+            block.append_operation(func::r#return(&outputs, Location::name(ctx, "return", Location::unknown(ctx))));
+        }
+        let region = Region::new();
+        region.append_block(block);
+        let function_type = FunctionType::new(ctx, &arg_types, &result_types);
+        module.body().append_operation(func::func(
+            ctx,
+            StringAttribute::new(ctx, &graph.name),
+            TypeAttribute::new(function_type.into()),
+            region,
+            &[],
+            Location::name(ctx, &graph.name, Location::unknown(ctx)),
+        ));
+        if !module.as_operation().verify() {
+            return Err(LowerError::Verify { diagnostics: self.take_diagnostics() });
+        }
+        Ok(module)
+    }
+}
+
+/// Prints a verified module as MLIR text (generic form for IREE's dialects).
+pub fn print(module: &Module<'_>) -> Result<String, LowerError> {
+    module
+        .as_operation()
+        .to_string_with_flags(OperationPrintingFlags::new())
+        .map_err(|e| LowerError::Print(e.to_string()))
+}
+
+/// Lowers and prints in one step, for callers that only want text.
+pub fn lower_to_string(graph: &Graph, options: &LowerOptions) -> Result<String, LowerError> {
+    let session = Session::new();
+    let module = session.lower(graph, options)?;
+    print(&module)
+}
+
+pub(crate) fn element_type<'c>(ctx: &'c Context, dtype: DType) -> Type<'c> {
+    match dtype {
+        DType::F32 => Type::float32(ctx),
+        DType::F16 => Type::float16(ctx),
+        DType::BF16 => Type::bfloat16(ctx),
+        DType::I1 => IntegerType::new(ctx, 1).into(),
+        DType::I8 => IntegerType::new(ctx, 8).into(),
+        DType::I32 => IntegerType::new(ctx, 32).into(),
+        DType::I64 => IntegerType::new(ctx, 64).into(),
+    }
+}
+
+pub(crate) fn tensor_type<'c>(ctx: &'c Context, ty: &TensorType) -> Type<'c> {
+    let dims: Vec<u64> = ty.shape.iter().map(|&d| d as u64).collect();
+    RankedTensorType::new(&dims, element_type(ctx, ty.dtype), None).into()
+}
+
+/// Appends the ops of one graph node to the function body.
+pub(crate) struct Emitter<'c, 'a> {
+    session: &'c Session,
+    block: &'a Block<'c>,
+    node: &'a str,
+    op: &'static str,
+}
+
+impl<'c, 'a> Emitter<'c, 'a> {
+    pub fn ctx(&self) -> &'c Context {
+        &self.session.context
+    }
+
+    pub fn loc(&self) -> Location<'c> {
+        Location::name(self.ctx(), self.node, Location::unknown(self.ctx()))
+    }
+
+    pub fn tensor_type(&self, ty: &TensorType) -> Type<'c> {
+        tensor_type(self.ctx(), ty)
+    }
+
+    pub fn error(&self, message: impl Into<String>) -> LowerError {
+        LowerError::Node {
+            node: self.node.to_string(),
+            op: self.op,
+            message: message.into(),
+            diagnostics: self.session.take_diagnostics(),
+        }
+    }
+
+    /// Appends `op` and returns its single result.
+    pub fn emit(&self, op: impl Into<Operation<'c>>) -> Result<Value<'c, 'a>, LowerError> {
+        let op = self.block.append_operation(op.into());
+        let result = op.result(0).map_err(|e| self.error(format!("op has no result: {e}")))?;
+        Ok(result.into())
+    }
+
+    /// Parses an attribute that has no C API constructor (StableHLO's own
+    /// attributes, e.g. `#stablehlo.dot<...>`), failing with MLIR's message.
+    pub fn parse_attribute(&self, text: &str) -> Result<Attribute<'c>, LowerError> {
+        Attribute::parse(self.ctx(), text).ok_or_else(|| self.error(format!("MLIR cannot parse attribute `{text}`")))
+    }
+
+    pub fn i64_array(&self, values: &[usize]) -> Attribute<'c> {
+        let values: Vec<i64> = values.iter().map(|&v| v as i64).collect();
+        DenseI64ArrayAttribute::new(self.ctx(), &values).into()
+    }
+
+    fn lower_node(
+        &self,
+        op: &Op,
+        operands: &[Value<'c, 'a>],
+        operand_types: &[&TensorType],
+        ty: &TensorType,
+        globals: &params::Globals,
+    ) -> Result<Value<'c, 'a>, LowerError> {
+        let result = self.tensor_type(ty);
+        match op {
+            Op::Input => Err(self.error("inputs are block arguments, not ops")),
+            Op::Param { name } => params::load_global(self, globals, name, ty),
+            Op::Constant { value } => constant::lower_constant(self, *value, ty),
+            Op::Iota { iota_dimension } => constant::lower_iota(self, *iota_dimension, result),
+            Op::Unary(u) => elementwise::lower_unary(self, *u, operands[0], result),
+            Op::Binary(b) => elementwise::lower_binary(self, *b, operands[0], operands[1], result),
+            Op::Convert => elementwise::lower_convert(self, operands[0], result),
+            Op::Clamp => elementwise::lower_clamp(self, operands, result),
+            Op::Compare(d) => elementwise::lower_compare(self, *d, operands[0], operands[1], result),
+            Op::Select => elementwise::lower_select(self, operands, result),
+            Op::Reshape => layout::lower_reshape(self, operands[0], result),
+            Op::Transpose { permutation } => layout::lower_transpose(self, operands[0], permutation, result),
+            Op::BroadcastInDim { broadcast_dimensions } => {
+                layout::lower_broadcast_in_dim(self, operands[0], broadcast_dimensions, result)
+            }
+            Op::Concatenate { dimension } => layout::lower_concatenate(self, operands, *dimension, result),
+            Op::Slice { start_indices, limit_indices, strides } => {
+                layout::lower_slice(self, operands[0], start_indices, limit_indices, strides, result)
+            }
+            Op::DotGeneral(dims) => dot_general::lower_dot_general(self, operands[0], operands[1], dims, result),
+            Op::Gather => gather::lower_gather(self, operands[0], operands[1], operand_types[0], operand_types[1], ty),
+            Op::Reduce { kind, dimensions } => reduce::lower_reduce(self, *kind, operands[0], dimensions, ty),
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Weights as IREE globals.
+//!
+//! Every param becomes `util.global private @<name>` whose initial value is
+//! `#flow.parameter.named<"scope"::"<checkpoint name>">`, read where used
+//! with `util.global.load`. The function signature never holds a weight:
+//! `iree-run-module --parameters=scope=FILE` supplies them.
+
+use crate::graph::{Graph, TensorType};
+use crate::lower::dialects::util;
+use crate::lower::{tensor_type, Emitter, LowerError, LowerOptions, Session};
+use melior::ir::attribute::{FlatSymbolRefAttribute, StringAttribute, TypeAttribute};
+use melior::ir::{Attribute, BlockLike, Location, Module, Value};
+use std::collections::{HashMap, HashSet};
+
+/// Checkpoint tensor name → global symbol name.
+#[derive(Debug, Default)]
+pub struct Globals {
+    symbols: HashMap<String, String>,
+}
+
+impl Globals {
+    pub fn symbol(&self, param: &str) -> Option<&str> {
+        self.symbols.get(param).map(String::as_str)
+    }
+}
+
+/// An MLIR bare identifier close to the checkpoint name: `blk.0.attn_q.weight`
+/// stays as is; other characters become `_`.
+pub fn symbol_name(param: &str) -> String {
+    let mut s: String = param
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' })
+        .collect();
+    if !s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        s.insert(0, '_');
+    }
+    s
+}
+
+/// The `#flow.parameter.named` text; no C API builds IREE attributes.
+fn parameter_attribute(scope: &str, name: &str, ty: &TensorType) -> Result<String, LowerError> {
+    let quote = |s: &str| serde_json::to_string(s).map_err(|e| LowerError::Print(e.to_string()));
+    Ok(format!("#flow.parameter.named<{}::{}> : {ty}", quote(scope)?, quote(name)?))
+}
+
+/// Declares one global per param at the top of `module`.
+pub(crate) fn declare_globals(
+    session: &Session,
+    module: &Module<'_>,
+    graph: &Graph,
+    options: &LowerOptions,
+) -> Result<Globals, LowerError> {
+    let ctx = session.context();
+    let mut globals = Globals::default();
+    let mut taken = HashSet::new();
+    for (id, name, ty) in graph.params() {
+        let base = symbol_name(name);
+        let symbol = (0..)
+            .map(|i| if i == 0 { base.clone() } else { format!("{base}_{i}") })
+            .find(|s| !taken.contains(s))
+            .expect("an unbounded range always yields a free name");
+        taken.insert(symbol.clone());
+        let text = parameter_attribute(&options.param_scope, name, ty)?;
+        let node = &graph.node(id).name;
+        let initial_value = Attribute::parse(ctx, &text).ok_or_else(|| LowerError::Node {
+            node: node.clone(),
+            op: "param",
+            message: format!("MLIR cannot parse `{text}`"),
+            diagnostics: vec![],
+        })?;
+        let loc = Location::name(ctx, node, Location::unknown(ctx));
+        module.body().append_operation(
+            util::global(
+                ctx,
+                StringAttribute::new(ctx, &symbol),
+                StringAttribute::new(ctx, "private"),
+                TypeAttribute::new(tensor_type(ctx, ty)),
+                initial_value,
+                loc,
+            )
+            .into(),
+        );
+        globals.symbols.insert(name.to_string(), symbol);
+    }
+    Ok(globals)
+}
+
+pub(crate) fn load_global<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    globals: &Globals,
+    name: &str,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let symbol = globals.symbol(name).ok_or_else(|| e.error(format!("param \"{name}\" has no global")))?;
+    e.emit(util::global_load(e.ctx(), e.tensor_type(ty), FlatSymbolRefAttribute::new(e.ctx(), symbol), e.loc()))
+}
