@@ -8,8 +8,13 @@
 
 pub mod graph;
 pub mod trace;
+pub mod interp;
+pub mod weights;
+pub mod npy;
 pub mod lower;
 pub mod params;
+pub mod iree;
+pub mod check;
 
 use std::io::Write;
 use std::path::Path;

@@ -2,7 +2,9 @@
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
+use kiln::check::{self, CheckOptions};
 use kiln::graph::text;
+use kiln::iree::Iree;
 use kiln::lower::{self, LowerOptions};
 use std::path::{Path, PathBuf};
 
@@ -25,6 +27,25 @@ enum Command {
         /// Scope name of `#flow.parameter.named` (`--parameters=SCOPE=FILE`).
         #[arg(long, default_value = "model")]
         param_scope: String,
+    },
+    /// Compile a graph with IREE and compare its outputs with kiln's reference
+    /// interpreter on seeded inputs and params. Exits 1 on a mismatch.
+    Check {
+        graph: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Relative tolerance for float outputs.
+        #[arg(long, default_value_t = 1e-5)]
+        rtol: f64,
+        /// Absolute tolerance for float outputs.
+        #[arg(long, default_value_t = 1e-6)]
+        atol: f64,
+        /// Also print the values of both sides.
+        #[arg(long)]
+        show: bool,
+        /// Keep the work files (params, module, vmfb, npy) in this folder.
+        #[arg(long)]
+        keep: Option<PathBuf>,
     },
 }
 
@@ -58,6 +79,36 @@ fn run(cli: Cli) -> Result<()> {
                 None => print!("{mlir}"),
             }
         }
+        Command::Check { graph, seed, rtol, atol, show, keep } => {
+            let graph = read_graph(&graph)?;
+            let iree = Iree::locate()?;
+            let tmp = tempfile::tempdir().context("creating a work folder")?;
+            let workdir = match &keep {
+                Some(dir) => {
+                    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+                    dir.as_path()
+                }
+                None => tmp.path(),
+            };
+            let report = check::check_graph(&graph, &iree, workdir, &CheckOptions { seed, rtol, atol })?;
+            for out in &report.outputs {
+                println!("{out}");
+                if show {
+                    println!("  reference: {}", format_values(&out.reference.to_f64_vec()));
+                    println!("  iree:      {}", format_values(&out.iree.to_f64_vec()));
+                }
+            }
+            if !report.ok() {
+                anyhow::bail!("IREE's results differ from the reference interpreter (rtol {rtol}, atol {atol})");
+            }
+        }
     }
     Ok(())
+}
+
+/// At most 16 values, 6 significant digits.
+fn format_values(values: &[f64]) -> String {
+    let shown: Vec<String> = values.iter().take(16).map(|v| format!("{v:.6}")).collect();
+    let more = if values.len() > 16 { format!(", ... ({} values)", values.len()) } else { String::new() };
+    format!("[{}{more}]", shown.join(", "))
 }

@@ -91,8 +91,14 @@ impl TensorType {
         self.shape.len()
     }
 
+    /// Saturates at `usize::MAX`; shapes from untrusted text are checked
+    /// with [`TensorType::checked_num_elements`] when they enter a graph.
     pub fn num_elements(&self) -> usize {
-        self.shape.iter().product()
+        self.checked_num_elements().unwrap_or(usize::MAX)
+    }
+
+    pub fn checked_num_elements(&self) -> Option<usize> {
+        self.shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
     }
 
     pub fn with_dtype(&self, dtype: DType) -> Self {

@@ -2,7 +2,7 @@
 
 use super::dialects::stablehlo;
 use super::{element_type, Emitter, LowerError};
-use crate::graph::TensorType;
+use crate::graph::{DType, TensorType};
 use melior::ir::attribute::{DenseElementsAttribute, FloatAttribute, IntegerAttribute};
 use melior::ir::r#type::IntegerType;
 use melior::ir::{Attribute, Type, Value};
@@ -13,11 +13,17 @@ pub(super) fn splat_attribute<'c>(e: &Emitter<'c, '_>, value: f64, ty: &TensorTy
     let elem = element_type(ctx, ty.dtype);
     let scalar: Attribute = if ty.dtype.is_float() {
         FloatAttribute::new(ctx, elem, value).into()
-    } else if ty.dtype == crate::graph::DType::I1 {
+    } else if ty.dtype == DType::I1 {
         IntegerAttribute::new(elem, i64::from(value != 0.0)).into()
     } else {
-        // Saturating, truncating: the same conversion the interpreter uses.
-        IntegerAttribute::new(elem, value as i64).into()
+        // Truncate toward zero and saturate to the element type, as the
+        // interpreter's float-to-int conversion does.
+        let (min, max) = match ty.dtype {
+            DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+            DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+            _ => (i64::MIN, i64::MAX),
+        };
+        IntegerAttribute::new(elem, (value as i64).clamp(min, max)).into()
     };
     DenseElementsAttribute::new(e.tensor_type(ty), &[scalar])
         .map(Into::into)

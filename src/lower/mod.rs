@@ -275,3 +275,68 @@ impl<'c, 'a> Emitter<'c, 'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::text;
+
+    const TIED: &str = r#"
+func @main(%ids: tensor<3xi32>, %h: tensor<3x4xf32>) {
+  %embed = param {name = "token_embd.weight"} : tensor<10x4xf32>
+  %norm = param {name = "output_norm.weight"} : tensor<4xf32>
+  %x = gather %embed, %ids : tensor<3x4xf32>
+  %n = broadcast_in_dim %norm {broadcast_dimensions = [1]} : tensor<3x4xf32>
+  %y = multiply %x, %n : tensor<3x4xf32>
+  %z = add %y, %h : tensor<3x4xf32>
+  %tied = param {name = "token_embd.weight"} : tensor<10x4xf32>
+  %logits = dot_general %z, %tied {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]} : tensor<3x10xf32>
+  return %logits
+}
+"#;
+
+    #[test]
+    fn signature_holds_only_graph_inputs() {
+        let graph = text::parse(TIED).unwrap();
+        let session = Session::new();
+        let module = session.lower(&graph, &LowerOptions::default()).unwrap();
+        let body = module.body();
+        let mut globals = 0;
+        let mut func_args = None;
+        let mut op = body.first_operation();
+        while let Some(o) = op {
+            match o.name().as_string_ref().as_str().unwrap() {
+                "util.global" => globals += 1,
+                "func.func" => {
+                    let region = o.region(0).unwrap();
+                    func_args = Some(region.first_block().unwrap().argument_count());
+                }
+                other => panic!("unexpected top-level op {other}"),
+            }
+            op = o.next_in_block();
+        }
+        assert_eq!(func_args, Some(graph.inputs().len()));
+        assert_eq!(globals, 2, "tied embedding is one global");
+    }
+
+    #[test]
+    fn ops_carry_the_node_name_as_location() {
+        let graph = text::parse(TIED).unwrap();
+        let session = Session::new();
+        let module = session.lower(&graph, &LowerOptions::default()).unwrap();
+        let text = module
+            .as_operation()
+            .to_string_with_flags(OperationPrintingFlags::new().enable_debug_info(true, false))
+            .unwrap();
+        assert!(text.contains("loc(\"logits\")"), "{text}");
+    }
+
+    #[test]
+    fn global_symbols_are_sanitized_and_unique() {
+        let src = "func @f(%x: tensor<2xf32>) {\n  %a = param {name = \"a b\"} : tensor<2xf32>\n  %b = param {name = \"a_b\"} : tensor<2xf32>\n  %s = add %a, %b : tensor<2xf32>\n  %t = add %s, %x : tensor<2xf32>\n  return %t\n}\n";
+        let mlir = lower_to_string(&text::parse(src).unwrap(), &LowerOptions::default()).unwrap();
+        assert!(mlir.contains("sym_name = \"a_b\""), "{mlir}");
+        assert!(mlir.contains("sym_name = \"a_b_1\""), "{mlir}");
+        assert!(mlir.contains("#flow.parameter.named<\"model\"::\"a b\">"), "{mlir}");
+    }
+}

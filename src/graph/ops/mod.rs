@@ -140,6 +140,11 @@ impl Op {
             (true, None) => return Err(ShapeError::new(op, "kiln", "needs its result type written after ':'")),
             (false, _) => None,
         };
+        if let Some(d) = declared {
+            if d.checked_num_elements().is_none() {
+                return Err(ShapeError::new(op, "kiln", format!("the element count of {d} overflows")));
+            }
+        }
         let inferred = match self {
             Op::Input | Op::Param { .. } | Op::Constant { .. } => {
                 Ok(declared.expect("checked above: declared-type op").clone())

@@ -1,0 +1,196 @@
+//! End-to-end check of one graph: the reference interpreter against the
+//! module IREE compiled from kiln's lowering, on the same seeded inputs and
+//! params.
+//!
+//! Params are written to a safetensors file and read back through kiln's
+//! reader for the interpreter, and passed to `iree-run-module` as
+//! `--parameters=model=FILE`, so both sides see the same bytes.
+
+use crate::graph::{DType, Graph, Op, TensorType, ValueId};
+use crate::interp::{self, InterpError, Value};
+use crate::iree::{Iree, IreeError};
+use crate::lower::{self, LowerError, LowerOptions};
+use crate::npy::{self, NpyError};
+use crate::weights::safetensors::{self, SafeTensors, StDType};
+use crate::weights::WeightsError;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Lower(#[from] LowerError),
+    #[error(transparent)]
+    Interp(#[from] InterpError),
+    #[error(transparent)]
+    Iree(#[from] IreeError),
+    #[error(transparent)]
+    Npy(#[from] NpyError),
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    #[error("{context}: {error}")]
+    Io { context: String, error: std::io::Error },
+    #[error("param \"{name}\" has element type {dtype}, which safetensors cannot hold")]
+    ParamDType { name: String, dtype: DType },
+}
+
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    pub seed: u64,
+    /// Float outputs match when `|iree - ref| <= atol + rtol * |ref|`.
+    pub rtol: f64,
+    pub atol: f64,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions { seed: 0, rtol: 1e-5, atol: 1e-6 }
+    }
+}
+
+/// How one output compared.
+#[derive(Clone, Debug)]
+pub struct OutputReport {
+    pub index: usize,
+    pub ty: TensorType,
+    pub max_abs_err: f64,
+    pub max_rel_err: f64,
+    pub ok: bool,
+    pub reference: Value,
+    pub iree: Value,
+}
+
+impl fmt::Display for OutputReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "output {}: {} max_abs_err={:.3e} max_rel_err={:.3e} {}",
+            self.index,
+            self.ty,
+            self.max_abs_err,
+            self.max_rel_err,
+            if self.ok { "ok" } else { "MISMATCH" }
+        )
+    }
+}
+
+#[derive(Debug)]
+pub struct CheckReport {
+    pub mlir: String,
+    pub outputs: Vec<OutputReport>,
+}
+
+impl CheckReport {
+    pub fn ok(&self) -> bool {
+        self.outputs.iter().all(|o| o.ok)
+    }
+}
+
+/// Seeded inputs: floats in [-1, 1); integers in [0, 4), or in range of the
+/// table rows when the input indexes a `gather`.
+pub fn random_inputs(graph: &Graph, seed: u64) -> Vec<Value> {
+    graph
+        .inputs()
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let ty = &graph.node(v).ty;
+            Value::random(ty, seed.wrapping_add(i as u64), 0..index_bound(graph, v).unwrap_or(4))
+        })
+        .collect()
+}
+
+/// The row count of the smallest table `v` indexes, if it is gather indices.
+fn index_bound(graph: &Graph, v: ValueId) -> Option<i64> {
+    graph
+        .nodes()
+        .iter()
+        .filter(|n| matches!(n.op, Op::Gather) && n.operands.get(1) == Some(&v))
+        .map(|n| graph.node(n.operands[0]).ty.shape[0] as i64)
+        .min()
+}
+
+fn st_dtype(name: &str, dtype: DType) -> Result<StDType, CheckError> {
+    Ok(match dtype {
+        DType::F32 => StDType::F32,
+        DType::F16 => StDType::F16,
+        DType::BF16 => StDType::BF16,
+        DType::I1 => StDType::BOOL,
+        DType::I8 => StDType::I8,
+        DType::I32 => StDType::I32,
+        DType::I64 => StDType::I64,
+    })
+    .and_then(|d| if d.to_graph_dtype() == Some(dtype) { Ok(d) } else { Err(CheckError::ParamDType { name: name.into(), dtype }) })
+}
+
+/// Writes seeded params for `graph` to a safetensors file.
+pub fn write_random_params(graph: &Graph, path: &Path, seed: u64) -> Result<(), CheckError> {
+    let values: Vec<(String, Value)> = graph
+        .params()
+        .enumerate()
+        .map(|(i, (_, name, ty))| (name.to_string(), Value::random(ty, seed ^ (0x9e37_79b9 + i as u64), 0..4)))
+        .collect();
+    let bytes: Vec<Vec<u8>> = values.iter().map(|(_, v)| v.to_le_bytes()).collect();
+    let mut tensors = Vec::with_capacity(values.len());
+    for ((name, v), b) in values.iter().zip(&bytes) {
+        tensors.push((name.as_str(), st_dtype(name, v.ty.dtype)?, v.ty.shape.as_slice(), b.as_slice()));
+    }
+    safetensors::write(path, &tensors, &BTreeMap::new())?;
+    Ok(())
+}
+
+/// Runs `graph` through the interpreter and through IREE in `workdir`.
+pub fn check_graph(graph: &Graph, iree: &Iree, workdir: &Path, options: &CheckOptions) -> Result<CheckReport, CheckError> {
+    let io = |context: String| move |error| CheckError::Io { context, error };
+    let params_path = workdir.join("params.safetensors");
+    write_random_params(graph, &params_path, options.seed)?;
+    let params = SafeTensors::open(&params_path)?;
+    let inputs = random_inputs(graph, options.seed);
+    let expected = interp::run(graph, &inputs, &params)?;
+
+    let mlir = lower::lower_to_string(graph, &LowerOptions::default())?;
+    let mlir_path = workdir.join("module.mlir");
+    std::fs::write(&mlir_path, &mlir).map_err(io(format!("writing {}", mlir_path.display())))?;
+    let vmfb = workdir.join("module.vmfb");
+    iree.compile(&mlir_path, &vmfb)?;
+
+    let mut input_paths = Vec::new();
+    for (i, v) in inputs.iter().enumerate() {
+        let p = workdir.join(format!("input{i}.npy"));
+        npy::write(&p, v)?;
+        input_paths.push(p);
+    }
+    let output_paths: Vec<PathBuf> = (0..expected.len()).map(|i| workdir.join(format!("output{i}.npy"))).collect();
+    iree.run(&vmfb, &graph.name, &input_paths, Some(("model", &params_path)), &output_paths)?;
+
+    let mut outputs = Vec::new();
+    for (index, (reference, path)) in expected.into_iter().zip(&output_paths).enumerate() {
+        let got = npy::read(path)?;
+        outputs.push(compare(index, reference, got, options));
+    }
+    Ok(CheckReport { mlir, outputs })
+}
+
+fn compare(index: usize, reference: Value, iree: Value, options: &CheckOptions) -> OutputReport {
+    let (mut max_abs_err, mut max_rel_err, mut ok) = (0.0f64, 0.0f64, reference.ty == iree.ty);
+    if ok {
+        let exact = !reference.ty.dtype.is_float();
+        for (r, g) in reference.to_f64_vec().into_iter().zip(iree.to_f64_vec()) {
+            if r == g || (r.is_nan() && g.is_nan()) {
+                continue;
+            }
+            // A NaN or an infinity on one side only is an infinite error.
+            let abs = (r - g).abs();
+            let abs = if abs.is_nan() { f64::INFINITY } else { abs };
+            max_abs_err = max_abs_err.max(abs);
+            if r != 0.0 {
+                max_rel_err = max_rel_err.max(abs / r.abs());
+            }
+            let within = if exact { abs == 0.0 } else { abs <= options.atol + options.rtol * r.abs() };
+            ok &= within;
+        }
+    }
+    OutputReport { index, ty: reference.ty.clone(), max_abs_err, max_rel_err, ok, reference, iree }
+}

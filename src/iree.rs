@@ -1,0 +1,112 @@
+//! Drives IREE's command-line tools: `iree-compile` and `iree-run-module`.
+//!
+//! The tools come from PyPI (`iree-base-compiler`, `iree-base-runtime`),
+//! which `make setup` installs into the project's `.venv`. They are found
+//! in `$KILN_IREE_BIN` if set, else next to the running `kiln` in the
+//! project's `.venv/bin`, else on `PATH`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum IreeError {
+    #[error("cannot find `{tool}` (looked in {searched}); run `make setup` to install IREE into .venv, or set KILN_IREE_BIN to the folder holding it")]
+    NotFound { tool: &'static str, searched: String },
+    #[error("cannot start {tool}: {error}")]
+    Spawn { tool: String, error: std::io::Error },
+    #[error("{tool} failed ({status}):\n{stderr}")]
+    Failed { tool: String, status: String, stderr: String },
+    #[error("{context}: {error}")]
+    Io { context: String, error: std::io::Error },
+}
+
+/// Flags that make `iree-compile` read StableHLO and target this host's CPU.
+pub const COMPILE_FLAGS: &[&str] = &[
+    "--iree-input-type=stablehlo",
+    "--iree-hal-target-device=local",
+    "--iree-hal-local-target-device-backends=llvm-cpu",
+    "--iree-llvmcpu-target-cpu=host",
+];
+
+#[derive(Clone, Debug)]
+pub struct Iree {
+    pub compile: PathBuf,
+    pub run_module: PathBuf,
+}
+
+impl Iree {
+    pub fn locate() -> Result<Iree, IreeError> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        if let Some(d) = std::env::var_os("KILN_IREE_BIN") {
+            dirs.push(d.into());
+        }
+        // `target/{debug,release}/kiln` → `<repo>/.venv/bin`.
+        if let Ok(exe) = std::env::current_exe() {
+            if let Some(repo) = exe.ancestors().nth(3) {
+                dirs.push(repo.join(".venv/bin"));
+            }
+        }
+        dirs.extend(std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
+        let find = |tool: &'static str| {
+            dirs.iter().map(|d| d.join(tool)).find(|p| p.is_file()).ok_or_else(|| IreeError::NotFound {
+                tool,
+                searched: dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(":"),
+            })
+        };
+        Ok(Iree { compile: find("iree-compile")?, run_module: find("iree-run-module")? })
+    }
+
+    /// Compiles an `.mlir`/`.mlirbc` file for the host CPU into `vmfb`,
+    /// written atomically.
+    pub fn compile(&self, mlir: &Path, vmfb: &Path) -> Result<(), IreeError> {
+        let dir = vmfb.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let tmp = tempfile::Builder::new()
+            .suffix(".vmfb")
+            .tempfile_in(dir)
+            .map_err(|error| IreeError::Io { context: format!("creating a temporary file in {}", dir.display()), error })?;
+        let mut cmd = Command::new(&self.compile);
+        cmd.args(COMPILE_FLAGS).arg(mlir).arg("-o").arg(tmp.path());
+        run_tool(cmd)?;
+        tmp.persist(vmfb)
+            .map_err(|e| IreeError::Io { context: format!("writing {}", vmfb.display()), error: e.error })?;
+        Ok(())
+    }
+
+    /// Runs `function` of a compiled module; inputs and outputs are `.npy`
+    /// files; `parameters` binds a scope to a parameter file.
+    pub fn run(
+        &self,
+        vmfb: &Path,
+        function: &str,
+        inputs: &[PathBuf],
+        parameters: Option<(&str, &Path)>,
+        outputs: &[PathBuf],
+    ) -> Result<String, IreeError> {
+        let mut cmd = Command::new(&self.run_module);
+        cmd.arg(format!("--module={}", vmfb.display())).arg(format!("--function={function}"));
+        if let Some((scope, file)) = parameters {
+            cmd.arg(format!("--parameters={scope}={}", file.display()));
+        }
+        for i in inputs {
+            cmd.arg(format!("--input=@{}", i.display()));
+        }
+        for o in outputs {
+            cmd.arg(format!("--output=@{}", o.display()));
+        }
+        run_tool(cmd)
+    }
+}
+
+fn run_tool(mut cmd: Command) -> Result<String, IreeError> {
+    let tool = cmd.get_program().to_string_lossy().into_owned();
+    let out = cmd.output().map_err(|error| IreeError::Spawn { tool: tool.clone(), error })?;
+    if !out.status.success() {
+        return Err(IreeError::Failed {
+            tool,
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim_end().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}

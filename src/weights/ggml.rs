@@ -1,0 +1,143 @@
+//! ggml tensor types: ids as in `ggml.h`, and block geometry as in gguf-py's
+//! `GGML_QUANT_SIZES` (elements per block, bytes per block).
+
+use std::fmt;
+
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GgmlType {
+    F32,
+    F16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q8_1,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q8_K,
+    IQ4_NL,
+    IQ4_XS,
+    I8,
+    I16,
+    I32,
+    I64,
+    F64,
+    BF16,
+}
+
+/// Elements per super-block of the K-quants.
+pub const QK_K: usize = 256;
+
+/// `(type, ggml id, name, block_size, type_size)`: the one table.
+const TABLE: [(GgmlType, u32, &str, usize, usize); 22] = [
+    (GgmlType::F32, 0, "F32", 1, 4),
+    (GgmlType::F16, 1, "F16", 1, 2),
+    (GgmlType::Q4_0, 2, "Q4_0", 32, 2 + 16),
+    (GgmlType::Q4_1, 3, "Q4_1", 32, 2 + 2 + 16),
+    (GgmlType::Q5_0, 6, "Q5_0", 32, 2 + 4 + 16),
+    (GgmlType::Q5_1, 7, "Q5_1", 32, 2 + 2 + 4 + 16),
+    (GgmlType::Q8_0, 8, "Q8_0", 32, 2 + 32),
+    (GgmlType::Q8_1, 9, "Q8_1", 32, 2 + 2 + 32),
+    (GgmlType::Q2_K, 10, "Q2_K", QK_K, 2 + 2 + QK_K / 16 + QK_K / 4),
+    (GgmlType::Q3_K, 11, "Q3_K", QK_K, 2 + QK_K / 4 + QK_K / 8 + 12),
+    (GgmlType::Q4_K, 12, "Q4_K", QK_K, 2 + 2 + QK_K / 2 + 12),
+    (GgmlType::Q5_K, 13, "Q5_K", QK_K, 2 + 2 + QK_K / 2 + QK_K / 8 + 12),
+    (GgmlType::Q6_K, 14, "Q6_K", QK_K, 2 + QK_K / 2 + QK_K / 4 + QK_K / 16),
+    (GgmlType::Q8_K, 15, "Q8_K", QK_K, 4 + QK_K + QK_K / 8),
+    (GgmlType::IQ4_NL, 20, "IQ4_NL", 32, 2 + 16),
+    (GgmlType::IQ4_XS, 23, "IQ4_XS", QK_K, 2 + 2 + QK_K / 2 + QK_K / 64),
+    (GgmlType::I8, 24, "I8", 1, 1),
+    (GgmlType::I16, 25, "I16", 1, 2),
+    (GgmlType::I32, 26, "I32", 1, 4),
+    (GgmlType::I64, 27, "I64", 1, 8),
+    (GgmlType::F64, 28, "F64", 1, 8),
+    (GgmlType::BF16, 30, "BF16", 1, 2),
+];
+
+impl GgmlType {
+    pub const ALL: [GgmlType; 22] = {
+        let mut all = [GgmlType::F32; 22];
+        let mut i = 0;
+        while i < TABLE.len() {
+            all[i] = TABLE[i].0;
+            i += 1;
+        }
+        all
+    };
+
+    fn row(self) -> &'static (GgmlType, u32, &'static str, usize, usize) {
+        TABLE.iter().find(|r| r.0 == self).expect("every GgmlType has a row in TABLE")
+    }
+
+    /// `None` for ids kiln does not know (including ones ggml has retired);
+    /// callers name the tensor and the id in their error.
+    pub fn from_id(id: u32) -> Option<GgmlType> {
+        TABLE.iter().find(|r| r.1 == id).map(|r| r.0)
+    }
+
+    pub fn id(self) -> u32 {
+        self.row().1
+    }
+
+    pub fn name(self) -> &'static str {
+        self.row().2
+    }
+
+    /// Elements per block (1 for plain types).
+    pub fn block_size(self) -> usize {
+        self.row().3
+    }
+
+    /// Bytes per block.
+    pub fn type_size(self) -> usize {
+        self.row().4
+    }
+
+    pub fn is_quantized(self) -> bool {
+        self.block_size() > 1
+    }
+
+    /// Bytes of `n_elements` elements, or `None` if `n_elements` is not a
+    /// whole number of blocks or the size overflows.
+    pub fn byte_len(self, n_elements: u64) -> Option<u64> {
+        let block = self.block_size() as u64;
+        if n_elements % block != 0 {
+            return None;
+        }
+        (n_elements / block).checked_mul(self.type_size() as u64)
+    }
+}
+
+impl fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        for (i, t) in GgmlType::ALL.iter().enumerate() {
+            assert_eq!(GgmlType::from_id(t.id()), Some(*t));
+            assert!(GgmlType::ALL[..i].iter().all(|o| o.id() != t.id()), "duplicate id {}", t.id());
+        }
+        // Sizes as in gguf-py's GGML_QUANT_SIZES.
+        assert_eq!(GgmlType::Q4_K.type_size(), 144);
+        assert_eq!(GgmlType::Q6_K.type_size(), 210);
+        assert_eq!(GgmlType::Q2_K.type_size(), 84);
+        assert_eq!(GgmlType::Q3_K.type_size(), 110);
+        assert_eq!(GgmlType::Q8_K.type_size(), 292);
+        assert_eq!(GgmlType::IQ4_XS.type_size(), 136);
+        assert_eq!(GgmlType::from_id(4), None);
+        assert_eq!(GgmlType::Q4_0.byte_len(64), Some(36));
+        assert_eq!(GgmlType::Q4_0.byte_len(33), None);
+    }
+}
