@@ -5,6 +5,10 @@
 //! with `util.global.load`. The function signature never holds a weight:
 //! `iree-run-module --parameters=scope=FILE` supplies them.
 
+mod error;
+pub mod irpa;
+pub use error::ParamsError;
+
 use crate::graph::{Graph, TensorType};
 use crate::lower::dialects::util;
 use crate::lower::{tensor_type, Emitter, LowerError, LowerOptions, Session};
