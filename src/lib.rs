@@ -15,6 +15,7 @@ pub mod lower;
 pub mod params;
 pub mod iree;
 pub mod check;
+pub mod inspect;
 
 use std::io::Write;
 use std::path::Path;

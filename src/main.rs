@@ -28,6 +28,14 @@ enum Command {
         #[arg(long, default_value = "model")]
         param_scope: String,
     },
+    /// Show what a .gguf, .safetensors, safetensors index or .irpa file holds
+    /// (read from headers only).
+    Inspect {
+        file: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Compile a graph with IREE and compare its outputs with kiln's reference
     /// interpreter on seeded inputs and params. Exits 1 on a mismatch.
     Check {
@@ -76,7 +84,15 @@ fn run(cli: Cli) -> Result<()> {
             let mlir = lower::lower_to_string(&graph, &LowerOptions { param_scope })?;
             match output {
                 Some(path) => kiln::write_atomically(&path, mlir.as_bytes())?,
-                None => print!("{mlir}"),
+                None => emit(&mlir)?,
+            }
+        }
+        Command::Inspect { file, json } => {
+            let report = kiln::inspect::inspect(&file)?;
+            if json {
+                emit(&(serde_json::to_string_pretty(&report)? + "\n"))?;
+            } else {
+                emit(&report.to_string())?;
             }
         }
         Command::Check { graph, seed, rtol, atol, show, keep } => {
@@ -111,4 +127,13 @@ fn format_values(values: &[f64]) -> String {
     let shown: Vec<String> = values.iter().take(16).map(|v| format!("{v:.6}")).collect();
     let more = if values.len() > 16 { format!(", ... ({} values)", values.len()) } else { String::new() };
     format!("[{}{more}]", shown.join(", "))
+}
+
+/// Writes to stdout; a closed pipe (`kiln inspect F | head`) is not an error.
+fn emit(text: &str) -> Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }

@@ -1,5 +1,7 @@
-//! ggml tensor types: ids as in `ggml.h`, and block geometry as in gguf-py's
-//! `GGML_QUANT_SIZES` (elements per block, bytes per block).
+//! ggml tensor types: ids as in `ggml.h`, and block geometry (elements per
+//! block, bytes per block) as ggml C's `block_*` structs. gguf-py's
+//! `GGML_QUANT_SIZES` agrees except for Q8_1, where it says 40 bytes;
+//! ggml C asserts `sizeof(block_q8_1) == 2*sizeof(ggml_half) + QK8_1` = 36.
 
 use std::fmt;
 
@@ -106,7 +108,7 @@ impl GgmlType {
     /// whole number of blocks or the size overflows.
     pub fn byte_len(self, n_elements: u64) -> Option<u64> {
         let block = self.block_size() as u64;
-        if n_elements % block != 0 {
+        if !n_elements.is_multiple_of(block) {
             return None;
         }
         (n_elements / block).checked_mul(self.type_size() as u64)

@@ -1,6 +1,8 @@
 //! Checkpoint files, memory-mapped so weights are never copied to be read.
 
 pub mod ggml;
+pub mod hf_config;
+pub mod gguf;
 pub mod safetensors;
 
 use std::path::PathBuf;

@@ -186,6 +186,8 @@ pub struct TensorView<'a> {
     pub dtype: StDType,
     pub shape: &'a [usize],
     pub data: &'a [u8],
+    /// Where `data` starts in the file.
+    pub offset: u64,
 }
 
 #[derive(Debug)]
@@ -312,6 +314,7 @@ impl SafeTensors {
             dtype: e.dtype,
             shape: &e.shape,
             data: &self.map[self.data_start + e.begin..self.data_start + e.end],
+            offset: (self.data_start + e.begin) as u64,
         }
     }
 }
@@ -450,6 +453,76 @@ impl<'de> Deserialize<'de> for Header {
         }
 
         deserializer.deserialize_map(HeaderVisitor)
+    }
+}
+
+/// A sharded checkpoint: `model.safetensors.index.json` maps each tensor to
+/// the shard file that holds it; every shard is memory-mapped.
+#[derive(Debug)]
+pub struct ShardedSafeTensors {
+    shards: Vec<SafeTensors>,
+    /// Tensor name → index into `shards`.
+    weight_map: BTreeMap<String, usize>,
+}
+
+#[derive(Deserialize)]
+struct ShardIndex {
+    weight_map: BTreeMap<String, String>,
+}
+
+impl ShardedSafeTensors {
+    /// Opens the index and every shard it names; each tensor of the index
+    /// must be in its shard, and each shard tensor in the index.
+    pub fn open(index: &Path) -> Result<ShardedSafeTensors, WeightsError> {
+        let bad = |message: String| WeightsError::Format { path: index.to_path_buf(), message };
+        let text = std::fs::read_to_string(index).map_err(|error| WeightsError::Io { path: index.into(), error })?;
+        let parsed: ShardIndex =
+            serde_json::from_str(&text).map_err(|e| bad(format!("not a safetensors index (needs weight_map): {e}")))?;
+        let dir = index.parent().unwrap_or(Path::new("."));
+        let mut files: Vec<String> = parsed.weight_map.values().cloned().collect();
+        files.sort_unstable();
+        files.dedup();
+        let mut shards = Vec::with_capacity(files.len());
+        for f in &files {
+            if Path::new(f).components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
+                return Err(bad(format!("shard \"{f}\" must be a plain file name next to the index")));
+            }
+            shards.push(SafeTensors::open(&dir.join(f))?);
+        }
+        let mut weight_map = BTreeMap::new();
+        for (tensor, file) in parsed.weight_map {
+            let shard = files.binary_search(&file).expect("every file of the map is in `files`");
+            if shards[shard].get(&tensor).is_none() {
+                return Err(bad(format!("tensor \"{tensor}\" is mapped to {file}, which does not contain it")));
+            }
+            weight_map.insert(tensor, shard);
+        }
+        for shard in &shards {
+            if let Some(t) = shard.tensors().find(|t| !weight_map.contains_key(t.name)) {
+                return Err(bad(format!("{} holds \"{}\", which the index does not list", shard.path().display(), t.name)));
+            }
+        }
+        Ok(ShardedSafeTensors { shards, weight_map })
+    }
+
+    pub fn shards(&self) -> &[SafeTensors] {
+        &self.shards
+    }
+
+    /// All tensors, by name.
+    pub fn tensors(&self) -> impl Iterator<Item = TensorView<'_>> {
+        self.weight_map.iter().filter_map(|(name, &i)| self.shards[i].get(name))
+    }
+
+    pub fn get(&self, name: &str) -> Option<TensorView<'_>> {
+        self.weight_map.get(name).and_then(|&i| self.shards[i].get(name))
+    }
+}
+
+impl ParamSource for ShardedSafeTensors {
+    fn param(&self, name: &str, ty: &TensorType) -> Result<Value, InterpError> {
+        let &i = self.weight_map.get(name).ok_or_else(|| InterpError::MissingParam { name: name.to_string() })?;
+        self.shards[i].param(name, ty)
     }
 }
 
@@ -639,5 +712,31 @@ mod tests {
         assert_eq!(StDType::F4.byte_len(&[3]), None);
         assert_eq!(StDType::F6_E2M3.byte_len(&[4]), Some(3));
         assert_eq!(StDType::U64.byte_len(&[usize::MAX, 2]), None);
+    }
+
+    #[test]
+    fn sharded_index_maps_tensors_to_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = ([1u8, 0, 128, 63], [0u8, 0, 0, 64]);
+        let none = BTreeMap::new();
+        write(&dir.path().join("m-1.safetensors"), &[("a", StDType::F32, &[1], &a)], &none).unwrap();
+        write(&dir.path().join("m-2.safetensors"), &[("b", StDType::F32, &[1], &b)], &none).unwrap();
+        let index = dir.path().join("model.safetensors.index.json");
+        std::fs::write(&index, r#"{"metadata": {}, "weight_map": {"a": "m-1.safetensors", "b": "m-2.safetensors"}}"#)
+            .unwrap();
+        let s = ShardedSafeTensors::open(&index).unwrap();
+        assert_eq!(s.shards().len(), 2);
+        assert_eq!(s.get("b").unwrap().data, &b);
+        assert_eq!(s.tensors().count(), 2);
+
+        std::fs::write(&index, r#"{"weight_map": {"a": "m-2.safetensors", "b": "m-2.safetensors"}}"#).unwrap();
+        let e = ShardedSafeTensors::open(&index).unwrap_err().to_string();
+        assert!(e.contains("\"a\" is mapped to m-2.safetensors"), "{e}");
+        std::fs::write(&index, r#"{"weight_map": {"a": "../m-1.safetensors"}}"#).unwrap();
+        assert!(ShardedSafeTensors::open(&index).is_err());
+        std::fs::write(&index, r#"{"weight_map": {"a": "m-1.safetensors"}, "x": 1}"#).unwrap();
+        assert!(ShardedSafeTensors::open(&index).is_ok());
+        std::fs::write(&index, r#"{"weight_map": {"a": "m-1.safetensors", "b": "m-1.safetensors"}}"#).unwrap();
+        assert!(ShardedSafeTensors::open(&index).is_err());
     }
 }

@@ -1,0 +1,247 @@
+//! `kiln inspect`: what a checkpoint or parameter archive holds, read from
+//! its headers only (tensor data stays unread in the memory map).
+
+use crate::params::irpa::{EntryKind, IrpaArchive};
+use crate::params::ParamsError;
+use crate::weights::gguf::{Gguf, MetadataValue};
+use crate::weights::safetensors::{SafeTensors, ShardedSafeTensors, TensorView};
+use crate::weights::WeightsError;
+use serde::Serialize;
+use std::fmt;
+use std::io::Read;
+use std::path::Path;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum InspectError {
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    #[error(transparent)]
+    Params(#[from] ParamsError),
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
+    #[error("{path}: not a GGUF, safetensors, safetensors index or IRPA file (first bytes {magic:02x?})")]
+    UnknownFormat { path: String, magic: Vec<u8> },
+}
+
+#[derive(Debug, Serialize)]
+pub struct Inspection {
+    pub path: String,
+    /// `gguf`, `safetensors`, `safetensors-index` or `irpa`.
+    pub format: String,
+    pub summary: String,
+    pub metadata: Vec<MetadataEntry>,
+    pub tensors: Vec<TensorRow>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MetadataEntry {
+    pub key: String,
+    #[serde(rename = "type")]
+    pub value_type: String,
+    pub value: serde_json::Value,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TensorRow {
+    pub name: String,
+    /// ggml type, safetensors dtype, or `data`/`splat` for archive entries.
+    #[serde(rename = "type")]
+    pub dtype: String,
+    /// Row-major (slowest dim first); empty for archive entries.
+    pub shape: Vec<u64>,
+    pub bytes: u64,
+    /// Offset of the tensor's bytes in its file.
+    pub offset: u64,
+    /// The shard file, for sharded checkpoints.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+}
+
+/// Arrays longer than this show their first items and their length.
+const ARRAY_PREVIEW: usize = 8;
+
+pub fn inspect(path: &Path) -> Result<Inspection, InspectError> {
+    let shown = path.display().to_string();
+    let mut magic = Vec::with_capacity(8);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(8).read_to_end(&mut magic))
+        .map_err(|error| InspectError::Io { path: shown.clone(), error })?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if magic.starts_with(b"GGUF") {
+        inspect_gguf(path)
+    } else if magic.starts_with(b"IRPA") {
+        inspect_irpa(path)
+    } else if name.ends_with(".index.json") {
+        inspect_sharded(path)
+    } else if name.ends_with(".safetensors") || magic.len() == 8 {
+        inspect_safetensors(path).map_err(|e| match e {
+            // Without the extension, a file that fails as safetensors was
+            // most likely never one: say so rather than blame its header.
+            InspectError::Weights(_) if !name.ends_with(".safetensors") => {
+                InspectError::UnknownFormat { path: shown.clone(), magic: magic.clone() }
+            }
+            e => e,
+        })
+    } else {
+        Err(InspectError::UnknownFormat { path: shown, magic })
+    }
+}
+
+fn metadata_json(v: &MetadataValue<'_>) -> serde_json::Value {
+    use serde_json::json;
+    match v {
+        MetadataValue::U8(x) => json!(x),
+        MetadataValue::I8(x) => json!(x),
+        MetadataValue::U16(x) => json!(x),
+        MetadataValue::I16(x) => json!(x),
+        MetadataValue::U32(x) => json!(x),
+        MetadataValue::I32(x) => json!(x),
+        MetadataValue::U64(x) => json!(x),
+        MetadataValue::I64(x) => json!(x),
+        MetadataValue::F32(x) => json!(x),
+        MetadataValue::F64(x) => json!(x),
+        MetadataValue::Bool(x) => json!(x),
+        MetadataValue::String(s) => json!(s),
+        MetadataValue::Array(a) => {
+            let head: Vec<serde_json::Value> = a.iter().take(ARRAY_PREVIEW).map(|v| metadata_json(&v)).collect();
+            if a.len() <= ARRAY_PREVIEW {
+                serde_json::Value::Array(head)
+            } else {
+                json!({ "len": a.len(), "head": head })
+            }
+        }
+    }
+}
+
+fn inspect_gguf(path: &Path) -> Result<Inspection, InspectError> {
+    let gguf = Gguf::open(path)?;
+    let metadata = gguf
+        .metadata()
+        .map(|(key, v)| {
+            let value_type = match &v {
+                MetadataValue::Array(a) => format!("array<{}>", a.elem_type()),
+                v => v.value_type().to_string(),
+            };
+            MetadataEntry { key: key.to_string(), value_type, value: metadata_json(&v) }
+        })
+        .collect();
+    let tensors: Vec<TensorRow> = gguf
+        .tensors()
+        .map(|t| TensorRow {
+            name: t.name.to_string(),
+            dtype: t.ggml_type.to_string(),
+            shape: t.dims.iter().rev().copied().collect(),
+            bytes: t.data.len() as u64,
+            offset: t.offset_in_file,
+            file: None,
+        })
+        .collect();
+    let summary = format!(
+        "GGUF v{}, {} metadata keys, {} tensors, alignment {}, data at offset {}",
+        gguf.version(),
+        gguf.metadata().len(),
+        tensors.len(),
+        gguf.alignment(),
+        gguf.data_offset()
+    );
+    Ok(Inspection { path: path.display().to_string(), format: "gguf".into(), summary, metadata, tensors })
+}
+
+fn safetensors_row(t: &TensorView<'_>, file: Option<String>) -> TensorRow {
+    TensorRow {
+        name: t.name.to_string(),
+        dtype: t.dtype.to_string(),
+        shape: t.shape.iter().map(|&d| d as u64).collect(),
+        bytes: t.data.len() as u64,
+        offset: t.offset,
+        file,
+    }
+}
+
+fn string_metadata<'a>(entries: impl Iterator<Item = (&'a String, &'a String)>) -> Vec<MetadataEntry> {
+    entries
+        .map(|(k, v)| MetadataEntry { key: k.clone(), value_type: "string".into(), value: v.clone().into() })
+        .collect()
+}
+
+fn inspect_safetensors(path: &Path) -> Result<Inspection, InspectError> {
+    let st = SafeTensors::open(path)?;
+    let tensors: Vec<TensorRow> = st.tensors().map(|t| safetensors_row(&t, None)).collect();
+    let summary = format!("safetensors, {} tensors, {} metadata keys", tensors.len(), st.metadata().len());
+    let metadata = string_metadata(st.metadata().iter());
+    Ok(Inspection { path: path.display().to_string(), format: "safetensors".into(), summary, metadata, tensors })
+}
+
+fn inspect_sharded(path: &Path) -> Result<Inspection, InspectError> {
+    let sharded = ShardedSafeTensors::open(path)?;
+    let mut tensors = Vec::new();
+    for shard in sharded.shards() {
+        let file = shard.path().file_name().map(|n| n.to_string_lossy().into_owned());
+        tensors.extend(shard.tensors().map(|t| safetensors_row(&t, file.clone())));
+    }
+    let summary = format!("sharded safetensors, {} shards, {} tensors", sharded.shards().len(), tensors.len());
+    Ok(Inspection {
+        path: path.display().to_string(),
+        format: "safetensors-index".into(),
+        summary,
+        metadata: vec![],
+        tensors,
+    })
+}
+
+fn inspect_irpa(path: &Path) -> Result<Inspection, InspectError> {
+    let archive = IrpaArchive::open(path)?;
+    let tensors: Vec<TensorRow> = archive
+        .entries()
+        .map(|e| match e.kind {
+            EntryKind::Data { offset, length } => TensorRow {
+                name: e.name.to_string(),
+                dtype: "data".into(),
+                shape: vec![],
+                bytes: length,
+                offset,
+                file: None,
+            },
+            EntryKind::Splat { pattern, count } => TensorRow {
+                name: e.name.to_string(),
+                dtype: format!("splat({} bytes)", pattern.len()),
+                shape: vec![],
+                bytes: count,
+                offset: 0,
+                file: None,
+            },
+        })
+        .collect();
+    let summary = format!("IRPA v0, {} entries", tensors.len());
+    Ok(Inspection { path: path.display().to_string(), format: "irpa".into(), summary, metadata: vec![], tensors })
+}
+
+impl fmt::Display for Inspection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}: {}", self.path, self.summary)?;
+        if !self.metadata.is_empty() {
+            writeln!(f, "\nmetadata:")?;
+            for m in &self.metadata {
+                writeln!(f, "  {} ({}) = {}", m.key, m.value_type, m.value)?;
+            }
+        }
+        let shapes: Vec<String> = self
+            .tensors
+            .iter()
+            .map(|t| t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x"))
+            .collect();
+        let name_w = self.tensors.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+        let type_w = self.tensors.iter().map(|t| t.dtype.len()).max().unwrap_or(4).max(4);
+        let shape_w = shapes.iter().map(String::len).max().unwrap_or(5).max(5);
+        writeln!(f, "\n{:name_w$}  {:type_w$}  {:shape_w$}  {:>12}  {:>12}", "name", "type", "shape", "bytes", "offset")?;
+        for (t, shape) in self.tensors.iter().zip(&shapes) {
+            write!(f, "{:name_w$}  {:type_w$}  {:shape_w$}  {:>12}  {:>12}", t.name, t.dtype, shape, t.bytes, t.offset)?;
+            match &t.file {
+                Some(file) => writeln!(f, "  {file}")?,
+                None => writeln!(f)?,
+            }
+        }
+        Ok(())
+    }
+}
