@@ -91,10 +91,12 @@ pub fn parse(text: &str) -> Result<Graph, GraphError> {
 }
 
 fn strip_comment(line: &str) -> &str {
-    let mut in_str = false;
+    let (mut in_str, mut escaped) = (false, false);
     let bytes = line.as_bytes();
     for i in 0..bytes.len() {
         match bytes[i] {
+            _ if escaped => escaped = false,
+            b'\\' if in_str => escaped = true,
             b'"' => in_str = !in_str,
             b'/' if !in_str && bytes.get(i + 1) == Some(&b'/') => return &line[..i],
             _ => {}
@@ -162,16 +164,19 @@ fn parse_node(graph: &mut Graph, line: &str, line_no: usize) -> Result<(), Graph
             continue;
         }
         let r = s.strip_prefix('%').ok_or_else(|| err(format!("%{name} ({op_name}): operand {index} must be a %value, found '{s}'")))?;
-        let v = graph.lookup(r).ok_or_else(|| GraphError::MissingOperand {
-            node: name.to_string(),
-            op: op_name.to_string(),
-            index,
-            operand: r.to_string(),
+        let v = graph.lookup(r).ok_or_else(|| {
+            let missing = GraphError::MissingOperand {
+                node: name.to_string(),
+                op: op_name.to_string(),
+                index,
+                operand: r.to_string(),
+            };
+            err(missing.to_string())
         })?;
         operands.push(v);
     }
     let declared = op.takes_declared_type();
-    let id = graph.add_node(name, op, operands, Some(ty.clone()))?;
+    let id = graph.add_node(name, op, operands, Some(ty.clone())).map_err(|e| err(e.to_string()))?;
     let inferred = &graph.node(id).ty;
     if !declared && *inferred != ty {
         return Err(err(format!("%{name} ({op_name}): result type is written as {ty} but the operands give {inferred}")));
@@ -234,9 +239,11 @@ fn parse_attr_value(v: &str) -> Result<AttrValue, String> {
 /// Splits at `sep` outside brackets, braces, angle brackets and strings.
 fn split_top(text: &str, sep: char) -> Vec<&str> {
     let mut parts = Vec::new();
-    let (mut depth, mut in_str, mut start) = (0i32, false, 0);
+    let (mut depth, mut in_str, mut escaped, mut start) = (0i32, false, false, 0);
     for (i, c) in text.char_indices() {
         match c {
+            _ if escaped => escaped = false,
+            '\\' if in_str => escaped = true,
             '"' => in_str = !in_str,
             '[' | '{' | '<' | '(' if !in_str => depth += 1,
             ']' | '}' | '>' | ')' if !in_str => depth -= 1,
@@ -295,6 +302,14 @@ func @main(%x: tensor<2x4xf32>, %ids: tensor<2xi32>) {
         let g = parse(text.replace("return %a", "return %a, %b").as_str()).unwrap();
         assert_eq!(g.params().count(), 1);
         assert_eq!(g.outputs()[0], g.outputs()[1]);
+    }
+
+    #[test]
+    fn names_with_quotes_and_slashes_round_trip() {
+        let text = "func @f(%x: tensor<2xf32>) {\n  %w = param {name = \"a\\\"b//c\"} : tensor<2xf32> // tail\n  %y = add %x, %w : tensor<2xf32>\n  return %y\n}\n";
+        let g = parse(text).unwrap();
+        assert_eq!(g.params().next().unwrap().1, "a\"b//c");
+        assert_eq!(parse(&print(&g)).unwrap(), g);
     }
 
     #[test]

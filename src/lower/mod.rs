@@ -339,4 +339,11 @@ func @main(%ids: tensor<3xi32>, %h: tensor<3x4xf32>) {
         assert!(mlir.contains("sym_name = \"a_b_1\""), "{mlir}");
         assert!(mlir.contains("#flow.parameter.named<\"model\"::\"a b\">"), "{mlir}");
     }
+
+    #[test]
+    fn a_param_named_like_the_function_gets_its_own_symbol() {
+        let src = "func @main(%x: tensor<2xf32>) {\n  %w = param {name = \"main\"} : tensor<2xf32>\n  %y = add %x, %w : tensor<2xf32>\n  return %y\n}\n";
+        let mlir = lower_to_string(&text::parse(src).unwrap(), &LowerOptions::default()).unwrap();
+        assert!(mlir.contains("sym_name = \"main_1\""), "{mlir}");
+    }
 }

@@ -56,7 +56,8 @@ pub(crate) fn declare_globals(
 ) -> Result<Globals, LowerError> {
     let ctx = session.context();
     let mut globals = Globals::default();
-    let mut taken = HashSet::new();
+    // The function's own symbol is taken too.
+    let mut taken = HashSet::from([graph.name.clone()]);
     for (id, name, ty) in graph.params() {
         let base = symbol_name(name);
         let symbol = (0..)

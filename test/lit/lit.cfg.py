@@ -20,7 +20,6 @@ import lit.formats
 config.name = "kiln"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".kiln"]
-config.excludes = ["lit.cfg.py"]
 
 config.test_source_root = os.path.dirname(os.path.abspath(__file__))
 repo_root = os.path.dirname(os.path.dirname(config.test_source_root))
@@ -40,7 +39,7 @@ if not (os.path.isfile(kiln) and os.access(kiln, os.X_OK)):
 path = [kiln_bin_dir, venv_bin_dir, llvm_bin_dir, config.environment.get("PATH", os.environ.get("PATH", ""))]
 config.environment["PATH"] = os.pathsep.join(p for p in path if p)
 
-for tool in ("FileCheck", "not"):
+for tool in ("FileCheck", "not", "count"):
     if shutil.which(tool, path=config.environment["PATH"]) is None:
         lit_config.fatal(f"`{tool}` not found on {config.environment['PATH']}: set KILN_LLVM_BIN_DIR")
 
@@ -49,7 +48,7 @@ passthrough = [
     "HOME", "TMPDIR", "TMP", "TEMP", "USER", "LANG", "LC_ALL",
     "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "PYTHONPATH", "VIRTUAL_ENV",
     "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-    "VULKAN_SDK", "VK_ICD_FILENAMES", "MLIR_SYS_220_PREFIX", "LLVM_SYS_220_PREFIX",
+    "VULKAN_SDK", "VK_ICD_FILENAMES",
     "RUST_BACKTRACE", "RUST_LOG",
 ]
 for name in passthrough:
