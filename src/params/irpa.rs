@@ -375,6 +375,16 @@ impl IrpaArchive {
         Ok(IrpaArchive { path: path.to_path_buf(), map, entries, by_name })
     }
 
+    /// Validates a whole archive held in memory and returns its entry
+    /// count: the entry point for fuzzing the parser.
+    pub fn validate(bytes: &[u8]) -> Result<usize, ParamsError> {
+        let path = Path::new("<memory>");
+        if (bytes.len() as u64) < HEADER_SIZE {
+            return Err(ParamsError::TooShort { path: path.to_path_buf(), len: bytes.len() as u64, need: HEADER_SIZE });
+        }
+        Ok(parse(path, bytes)?.0.len())
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -1,6 +1,7 @@
 //! Checkpoint files, memory-mapped so weights are never copied to be read.
 
 pub mod ggml;
+pub mod quant;
 pub mod hf_config;
 pub mod gguf;
 pub mod safetensors;

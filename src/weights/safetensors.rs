@@ -212,82 +212,95 @@ pub struct SafeTensors {
     metadata: BTreeMap<String, String>,
 }
 
+/// The header of a safetensors file: data section start, entries sorted by
+/// offset, and `__metadata__`.
+fn parse(path: &Path, map: &[u8]) -> Result<(usize, Vec<Entry>, BTreeMap<String, String>), WeightsError> {
+    let bad = |message: String| WeightsError::Format { path: path.to_path_buf(), message };
+    let len = map.len() as u64;
+    if len < 8 {
+        return Err(bad(format!("file is {len} bytes, too short for the 8-byte header length")));
+    }
+    let header_len = u64::from_le_bytes(map[..8].try_into().expect("len >= 8 checked above"));
+    // Checked against the file before anything is sized by it.
+    if header_len > len - 8 {
+        return Err(bad(format!("header length {header_len} runs past the end of the {len}-byte file")));
+    }
+    let data_start = 8 + header_len as usize;
+    let text = std::str::from_utf8(&map[8..data_start]).map_err(|e| bad(format!("header is not UTF-8: {e}")))?;
+    let header: Header =
+        serde_json::from_str(text).map_err(|e| bad(format!("header is not a JSON object of tensors: {e}")))?;
+    let data_len = len - 8 - header_len;
+
+    let mut entries = Vec::with_capacity(header.tensors.len());
+    for (name, raw) in header.tensors {
+        let tensor_err =
+            |message: String| WeightsError::Tensor { path: path.to_path_buf(), tensor: name.clone(), message };
+        let dtype: StDType = raw.dtype.parse().map_err(tensor_err)?;
+        let [begin, end] = raw.data_offsets;
+        if end < begin {
+            return Err(tensor_err(format!("data_offsets [{begin}, {end}] end before they begin")));
+        }
+        if end > data_len {
+            return Err(tensor_err(format!(
+                "data_offsets [{begin}, {end}] run past the {data_len}-byte data section"
+            )));
+        }
+        let need = dtype.byte_len(&raw.shape).ok_or_else(|| {
+            tensor_err(format!("shape {:?} of {dtype} overflows or is not a whole number of bytes", raw.shape))
+        })?;
+        if need != end - begin {
+            return Err(tensor_err(format!(
+                "shape {:?} of {dtype} is {need} bytes, but data_offsets [{begin}, {end}] hold {}",
+                raw.shape,
+                end - begin
+            )));
+        }
+        // Both fit: they are at most the file length, which the map fits.
+        entries.push(Entry { name, dtype, shape: raw.shape, begin: begin as usize, end: end as usize });
+    }
+
+    // The spec requires the tensors to tile the data section exactly.
+    entries.sort_by_key(|e| (e.begin, e.end));
+    let mut covered = 0;
+    for (i, e) in entries.iter().enumerate() {
+        let tensor_err =
+            |message: String| WeightsError::Tensor { path: path.to_path_buf(), tensor: e.name.clone(), message };
+        if e.begin < covered {
+            let prev = &entries[i - 1].name;
+            return Err(tensor_err(format!("bytes {}..{} overlap tensor \"{prev}\"", e.begin, e.end)));
+        }
+        if e.begin > covered {
+            return Err(tensor_err(format!(
+                "starts at {}, leaving bytes {covered}..{} of the data section unused",
+                e.begin, e.begin
+            )));
+        }
+        covered = e.end;
+    }
+    if covered as u64 != data_len {
+        return Err(bad(format!("bytes {covered}..{data_len} of the data section belong to no tensor")));
+    }
+
+    Ok((data_start, entries, header.metadata))
+}
+
 impl SafeTensors {
     pub fn open(path: &Path) -> Result<SafeTensors, WeightsError> {
         let io = |error| WeightsError::Io { path: path.to_path_buf(), error };
-        let bad = |message: String| WeightsError::Format { path: path.to_path_buf(), message };
         let file = File::open(path).map_err(io)?;
-        let len = file.metadata().map_err(io)?.len();
-        if len < 8 {
-            return Err(bad(format!("file is {len} bytes, too short for the 8-byte header length")));
-        }
         // SAFETY: the map is read-only and private to this value; like every
         // mmap reader we rely on nobody truncating or rewriting the file while
         // it is open (kiln writes files by atomic rename, never in place).
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let header_len = u64::from_le_bytes(map[..8].try_into().expect("len >= 8 checked above"));
-        // Checked against the file before anything is sized by it.
-        if header_len > len - 8 {
-            return Err(bad(format!("header length {header_len} runs past the end of the {len}-byte file")));
-        }
-        let data_start = 8 + header_len as usize;
-        let text = std::str::from_utf8(&map[8..data_start]).map_err(|e| bad(format!("header is not UTF-8: {e}")))?;
-        let header: Header =
-            serde_json::from_str(text).map_err(|e| bad(format!("header is not a JSON object of tensors: {e}")))?;
-        let data_len = len - 8 - header_len;
-
-        let mut entries = Vec::with_capacity(header.tensors.len());
-        for (name, raw) in header.tensors {
-            let tensor_err =
-                |message: String| WeightsError::Tensor { path: path.to_path_buf(), tensor: name.clone(), message };
-            let dtype: StDType = raw.dtype.parse().map_err(tensor_err)?;
-            let [begin, end] = raw.data_offsets;
-            if end < begin {
-                return Err(tensor_err(format!("data_offsets [{begin}, {end}] end before they begin")));
-            }
-            if end > data_len {
-                return Err(tensor_err(format!(
-                    "data_offsets [{begin}, {end}] run past the {data_len}-byte data section"
-                )));
-            }
-            let need = dtype.byte_len(&raw.shape).ok_or_else(|| {
-                tensor_err(format!("shape {:?} of {dtype} overflows or is not a whole number of bytes", raw.shape))
-            })?;
-            if need != end - begin {
-                return Err(tensor_err(format!(
-                    "shape {:?} of {dtype} is {need} bytes, but data_offsets [{begin}, {end}] hold {}",
-                    raw.shape,
-                    end - begin
-                )));
-            }
-            // Both fit: they are at most the file length, which the map fits.
-            entries.push(Entry { name, dtype, shape: raw.shape, begin: begin as usize, end: end as usize });
-        }
-
-        // The spec requires the tensors to tile the data section exactly.
-        entries.sort_by_key(|e| (e.begin, e.end));
-        let mut covered = 0;
-        for (i, e) in entries.iter().enumerate() {
-            let tensor_err =
-                |message: String| WeightsError::Tensor { path: path.to_path_buf(), tensor: e.name.clone(), message };
-            if e.begin < covered {
-                let prev = &entries[i - 1].name;
-                return Err(tensor_err(format!("bytes {}..{} overlap tensor \"{prev}\"", e.begin, e.end)));
-            }
-            if e.begin > covered {
-                return Err(tensor_err(format!(
-                    "starts at {}, leaving bytes {covered}..{} of the data section unused",
-                    e.begin, e.begin
-                )));
-            }
-            covered = e.end;
-        }
-        if covered as u64 != data_len {
-            return Err(bad(format!("bytes {covered}..{data_len} of the data section belong to no tensor")));
-        }
-
+        let (data_start, entries, metadata) = parse(path, &map)?;
         let by_name = entries.iter().enumerate().map(|(i, e)| (e.name.clone(), i)).collect();
-        Ok(SafeTensors { path: path.to_path_buf(), map, data_start, entries, by_name, metadata: header.metadata })
+        Ok(SafeTensors { path: path.to_path_buf(), map, data_start, entries, by_name, metadata })
+    }
+
+    /// Validates a whole file held in memory and returns its tensor count:
+    /// the entry point for fuzzing the header parser.
+    pub fn validate(bytes: &[u8]) -> Result<usize, WeightsError> {
+        Ok(parse(Path::new("<memory>"), bytes)?.1.len())
     }
 
     pub fn path(&self) -> &Path {
