@@ -3,7 +3,7 @@ CARGO ?= cargo
 LIT := /usr/lib/llvm-22/bin/lit
 KILN := target/debug/kiln
 
-.PHONY: setup build test demo clean
+.PHONY: setup build test demo bench clean
 
 setup:
 	@scripts/setup.sh
@@ -26,6 +26,10 @@ demo: build
 	@echo
 	@echo "== IREE vs reference interpreter (kiln check) =="
 	@$(KILN) check examples/mlp.kiln --show
+
+# Figures (time, peak RSS, throughput); not part of `make test`.
+bench: setup
+	@scripts/bench.sh
 
 clean:
 	$(CARGO) clean

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools libpolly-22-dev
-  libzstd-dev zlib1g-dev libxml2-dev cmake
+  libzstd-dev zlib1g-dev libxml2-dev cmake time bc
 )
 PIP_PACKAGES=(
   iree-base-compiler==3.13.0 iree-base-runtime==3.13.0 numpy gguf safetensors
