@@ -194,3 +194,30 @@ fn compare(index: usize, reference: Value, iree: Value, options: &CheckOptions) 
     }
     OutputReport { index, ty: reference.ty.clone(), max_abs_err, max_rel_err, ok, reference, iree }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::text;
+
+    #[test]
+    fn interpreter_and_iree_agree_on_a_small_mlp() {
+        let graph = text::parse(include_str!("../examples/mlp.kiln")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let report = check_graph(&graph, &Iree::for_tests(), dir.path(), &CheckOptions::default()).unwrap();
+        assert!(report.ok(), "{:?}", report.outputs.iter().map(|o| o.to_string()).collect::<Vec<_>>());
+        assert_eq!(report.outputs.len(), 1);
+    }
+
+    #[test]
+    fn a_wrong_result_is_reported_as_a_mismatch() {
+        let ty = TensorType::new([2], DType::F32);
+        let reference = Value::random(&ty, 1, 0..1);
+        let mut off = reference.to_f64_vec();
+        off[1] += 1e-3;
+        let iree = Value::new(ty, interp::Buffer::F32(off.iter().map(|&v| v as f32).collect())).unwrap();
+        let report = compare(0, reference, iree, &CheckOptions::default());
+        assert!(!report.ok);
+        assert!(report.to_string().ends_with("MISMATCH"));
+    }
+}

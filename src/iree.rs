@@ -57,6 +57,20 @@ impl Iree {
         Ok(Iree { compile: find("iree-compile")?, run_module: find("iree-run-module")? })
     }
 
+    /// The project's `.venv/bin` tools, for the crate's own tests; fails (never
+    /// skips) with a message to run `make setup` when they are missing.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Iree {
+        let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin");
+        let iree = Iree { compile: bin.join("iree-compile"), run_module: bin.join("iree-run-module") };
+        assert!(
+            iree.compile.is_file() && iree.run_module.is_file(),
+            "IREE tools are missing from {}: run `make setup`",
+            bin.display()
+        );
+        iree
+    }
+
     /// Compiles an `.mlir`/`.mlirbc` file for the host CPU into `vmfb`,
     /// written atomically.
     pub fn compile(&self, mlir: &Path, vmfb: &Path) -> Result<(), IreeError> {
