@@ -37,6 +37,7 @@ def StableHLO_MultiplyOp : StableHLO_BinaryOp<"multiply">;
 def StableHLO_DivideOp : StableHLO_BinaryOp<"divide">;
 def StableHLO_MaximumOp : StableHLO_BinaryOp<"maximum">;
 def StableHLO_MinimumOp : StableHLO_BinaryOp<"minimum">;
+def StableHLO_PowerOp : StableHLO_BinaryOp<"power">;
 
 def StableHLO_NegateOp : StableHLO_UnaryOp<"negate">;
 def StableHLO_ExpOp : StableHLO_UnaryOp<"exponential">;
@@ -45,7 +46,23 @@ def StableHLO_SqrtOp : StableHLO_UnaryOp<"sqrt">;
 def StableHLO_RsqrtOp : StableHLO_UnaryOp<"rsqrt">;
 def StableHLO_TanhOp : StableHLO_UnaryOp<"tanh">;
 def StableHLO_LogisticOp : StableHLO_UnaryOp<"logistic">;
+def StableHLO_AbsOp : StableHLO_UnaryOp<"abs">;
+def StableHLO_SignOp : StableHLO_UnaryOp<"sign">;
+def StableHLO_FloorOp : StableHLO_UnaryOp<"floor">;
+def StableHLO_RoundNearestEvenOp : StableHLO_UnaryOp<"round_nearest_even">;
+def StableHLO_CosineOp : StableHLO_UnaryOp<"cosine">;
+def StableHLO_SineOp : StableHLO_UnaryOp<"sine">;
 def StableHLO_ConvertOp : StableHLO_UnaryOp<"convert">;
+
+// Bits.
+def StableHLO_AndOp : StableHLO_BinaryOp<"and">;
+def StableHLO_OrOp : StableHLO_BinaryOp<"or">;
+def StableHLO_XorOp : StableHLO_BinaryOp<"xor">;
+def StableHLO_NotOp : StableHLO_UnaryOp<"not">;
+def StableHLO_ShiftLeftOp : StableHLO_BinaryOp<"shift_left">;
+def StableHLO_ShiftRightLogicalOp : StableHLO_BinaryOp<"shift_right_logical">;
+def StableHLO_ShiftRightArithmeticOp : StableHLO_BinaryOp<"shift_right_arithmetic">;
+def StableHLO_BitcastConvertOp : StableHLO_UnaryOp<"bitcast_convert">;
 
 def StableHLO_ClampOp : StableHLO_Op<"clamp"> {
   let arguments = (ins AnyTensor:$min, AnyTensor:$operand, AnyTensor:$max);
@@ -99,6 +116,27 @@ def StableHLO_SliceOp : StableHLO_Op<"slice"> {
                    DenseI64ArrayAttr:$start_indices,
                    DenseI64ArrayAttr:$limit_indices,
                    DenseI64ArrayAttr:$strides);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_PadOp : StableHLO_Op<"pad"> {
+  let arguments = (ins AnyTensor:$operand, AnyTensor:$padding_value,
+                   DenseI64ArrayAttr:$edge_padding_low,
+                   DenseI64ArrayAttr:$edge_padding_high,
+                   DenseI64ArrayAttr:$interior_padding);
+  let results = (outs AnyTensor:$result);
+}
+
+// Slices at runtime positions: one 0-d integer tensor per operand dim.
+def StableHLO_DynamicSliceOp : StableHLO_Op<"dynamic_slice"> {
+  let arguments = (ins AnyTensor:$operand, Variadic<AnyTensor>:$start_indices,
+                   DenseI64ArrayAttr:$slice_sizes);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_DynamicUpdateSliceOp : StableHLO_Op<"dynamic_update_slice"> {
+  let arguments = (ins AnyTensor:$operand, AnyTensor:$update,
+                   Variadic<AnyTensor>:$start_indices);
   let results = (outs AnyTensor:$result);
 }
 

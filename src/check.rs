@@ -119,8 +119,12 @@ fn st_dtype(name: &str, dtype: DType) -> Result<StDType, CheckError> {
         DType::BF16 => StDType::BF16,
         DType::I1 => StDType::BOOL,
         DType::I8 => StDType::I8,
+        DType::I16 => StDType::I16,
         DType::I32 => StDType::I32,
         DType::I64 => StDType::I64,
+        DType::UI8 => StDType::U8,
+        DType::UI16 => StDType::U16,
+        DType::UI32 => StDType::U32,
     })
     .and_then(|d| if d.to_graph_dtype() == Some(dtype) { Ok(d) } else { Err(CheckError::ParamDType { name: name.into(), dtype }) })
 }

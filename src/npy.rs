@@ -29,7 +29,11 @@ fn descr(dtype: DType) -> Option<&'static str> {
         DType::F16 => Some("<f2"),
         DType::I32 => Some("<i4"),
         DType::I64 => Some("<i8"),
+        DType::I16 => Some("<i2"),
         DType::I8 => Some("|i1"),
+        DType::UI8 => Some("|u1"),
+        DType::UI16 => Some("<u2"),
+        DType::UI32 => Some("<u4"),
         DType::I1 => Some("|b1"),
         DType::BF16 => None,
     }
@@ -107,10 +111,9 @@ fn parse_header(header: &str) -> Result<(DType, Vec<usize>), String> {
     let d = value("descr")?;
     let quote = d.chars().next().filter(|c| *c == '\'' || *c == '"').ok_or("descr is not a string")?;
     let d = d[1..].split(quote).next().unwrap_or_default();
-    let dtype = DType::ALL
-        .into_iter()
-        .find(|&t| descr(t) == Some(d))
-        .ok_or_else(|| format!("unsupported descr '{d}' (expected <f4, <f2, <i4, <i8, |i1 or |b1)"))?;
+    let dtype = DType::ALL.into_iter().find(|&t| descr(t) == Some(d)).ok_or_else(|| {
+        format!("unsupported descr '{d}' (expected <f4, <f2, <i8, <i4, <i2, |i1, <u4, <u2, |u1 or |b1)")
+    })?;
     if !value("fortran_order")?.starts_with("False") {
         return Err("fortran_order must be False".into());
     }
@@ -197,7 +200,7 @@ mod tests {
         let h = |descr: &str, fortran: &str, shape: &str| {
             format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}\n")
         };
-        assert!(file(&h("|u1", "False", "(1,)"), &[0]).contains("unsupported descr '|u1'"));
+        assert!(file(&h("<u8", "False", "(1,)"), &[0; 8]).contains("unsupported descr '<u8'"));
         assert!(file(&h(">f4", "False", "(1,)"), &[0; 4]).contains("unsupported descr '>f4'"));
         assert!(file(&h("<f4", "True", "(2, 2)"), &[0; 16]).contains("fortran_order must be False"));
         assert!(

@@ -313,6 +313,34 @@ func @main(%x: tensor<2x4xf32>, %ids: tensor<2xi32>) {
     }
 
     #[test]
+    fn slicing_padding_and_bit_ops_round_trip() {
+        let text = r#"func @f(%cache: tensor<8x4xf16>, %row: tensor<1x4xf16>, %pos: tensor<i32>, %q: tensor<4x2xui8>) {
+  %zero = constant {value = 0.0} : tensor<i32>
+  %c = dynamic_update_slice %cache, %row, %pos, %zero : tensor<8x4xf16>
+  %w = dynamic_slice %c, %pos, %zero {slice_sizes = [2, 4]} : tensor<2x4xf16>
+  %v = constant {value = 0.0} : tensor<f16>
+  %p = pad %w, %v {edge_padding_low = [1, 0], edge_padding_high = [0, 0], interior_padding = [0, 1]} : tensor<3x7xf16>
+  %four = constant {value = 4.0} : tensor<4x2xui8>
+  %hi = shift_right_logical %q, %four : tensor<4x2xui8>
+  %lo = and %q, %four : tensor<4x2xui8>
+  %n = not %lo : tensor<4x2xui8>
+  %h = bitcast_convert %hi : tensor<4xf16>
+  %e = erf %h : tensor<4xf16>
+  %pw = power %e, %h : tensor<4xf16>
+  return %p, %n, %pw
+}
+"#;
+        let g = parse(text).unwrap();
+        assert_eq!(print(&g), text);
+        let bad = text.replace("slice_sizes = [2, 4]", "slice_sizes = [2, 4], strides = [1, 1]");
+        let e = parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("op 'dynamic_slice' has no attribute 'strides'"), "{e}");
+        let neg = text.replace("edge_padding_low = [1, 0]", "edge_padding_low = [-1, 0]");
+        let e = parse(&neg).unwrap_err().to_string();
+        assert!(e.contains("'-1' is not a non-negative integer"), "{e}");
+    }
+
+    #[test]
     fn errors_name_line_node_and_reason() {
         let cases = [
             ("func @f(%x: tensor<2xf32>) {\n  %y = add %x, %nope : tensor<2xf32>\n  return %y\n}", "%nope"),

@@ -11,37 +11,75 @@ pub enum DType {
     BF16,
     /// StableHLO's boolean (`i1`), produced by `compare`.
     I1,
+    /// Signless integers, which StableHLO reads as signed (`si8`, ...).
     I8,
+    I16,
     I32,
     I64,
+    /// Unsigned integers (`ui8`, ...), e.g. packed quantized weights.
+    UI8,
+    UI16,
+    UI32,
 }
 
 impl DType {
-    pub const ALL: [DType; 7] = [
+    pub const ALL: [DType; 11] = [
         DType::F32,
         DType::F16,
         DType::BF16,
         DType::I1,
         DType::I8,
+        DType::I16,
         DType::I32,
         DType::I64,
+        DType::UI8,
+        DType::UI16,
+        DType::UI32,
     ];
 
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }
 
+    /// Signed or unsigned integers; not `i1`.
     pub fn is_integer(self) -> bool {
-        matches!(self, DType::I8 | DType::I32 | DType::I64)
+        self.is_signed_integer() || self.is_unsigned()
+    }
+
+    pub fn is_signed_integer(self) -> bool {
+        matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
+    }
+
+    pub fn is_unsigned(self) -> bool {
+        matches!(self, DType::UI8 | DType::UI16 | DType::UI32)
+    }
+
+    /// StableHLO's `num_bits`: 1 for `i1`.
+    pub fn bit_width(self) -> usize {
+        match self {
+            DType::I1 => 1,
+            _ => 8 * self.size_in_bytes(),
+        }
     }
 
     /// Bytes per element in a dense buffer (`i1` is stored as one byte).
     pub fn size_in_bytes(self) -> usize {
         match self {
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 => 2,
-            DType::I1 | DType::I8 => 1,
+            DType::F32 | DType::I32 | DType::UI32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 | DType::UI16 => 2,
+            DType::I1 | DType::I8 | DType::UI8 => 1,
             DType::I64 => 8,
+        }
+    }
+
+    /// The smallest and largest value of an integer type (`i1`: 0 and 1).
+    pub fn integer_bounds(self) -> Option<(i64, i64)> {
+        match self {
+            DType::F32 | DType::F16 | DType::BF16 => None,
+            DType::I1 => Some((0, 1)),
+            DType::I64 => Some((i64::MIN, i64::MAX)),
+            d if d.is_unsigned() => Some((0, (1 << d.bit_width()) - 1)),
+            d => Some((-(1 << (d.bit_width() - 1)), (1 << (d.bit_width() - 1)) - 1)),
         }
     }
 
@@ -52,8 +90,12 @@ impl DType {
             DType::BF16 => "bf16",
             DType::I1 => "i1",
             DType::I8 => "i8",
+            DType::I16 => "i16",
             DType::I32 => "i32",
             DType::I64 => "i64",
+            DType::UI8 => "ui8",
+            DType::UI16 => "ui16",
+            DType::UI32 => "ui32",
         }
     }
 }
@@ -68,10 +110,10 @@ impl FromStr for DType {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        DType::ALL
-            .into_iter()
-            .find(|d| d.as_str() == s)
-            .ok_or_else(|| format!("unknown element type '{s}' (expected one of f32, f16, bf16, i1, i8, i32, i64)"))
+        DType::ALL.into_iter().find(|d| d.as_str() == s).ok_or_else(|| {
+            let names: Vec<&str> = DType::ALL.iter().map(|d| d.as_str()).collect();
+            format!("unknown element type '{s}' (expected one of {})", names.join(", "))
+        })
     }
 }
 
@@ -141,10 +183,21 @@ mod tests {
 
     #[test]
     fn tensor_type_round_trips() {
-        for text in ["tensor<2x3xf32>", "tensor<i1>", "tensor<7xbf16>", "tensor<1x2x3x4xi64>"] {
+        for text in ["tensor<2x3xf32>", "tensor<i1>", "tensor<7xbf16>", "tensor<1x2x3x4xi64>", "tensor<4xui8>", "tensor<i16>"] {
             let ty: TensorType = text.parse().unwrap();
             assert_eq!(ty.to_string(), text);
         }
+    }
+
+    #[test]
+    fn integer_bounds_follow_width_and_signedness() {
+        assert_eq!(DType::I8.integer_bounds(), Some((-128, 127)));
+        assert_eq!(DType::UI16.integer_bounds(), Some((0, 65535)));
+        assert_eq!(DType::UI32.integer_bounds(), Some((0, u32::MAX as i64)));
+        assert_eq!(DType::I64.integer_bounds(), Some((i64::MIN, i64::MAX)));
+        assert_eq!(DType::BF16.integer_bounds(), None);
+        assert_eq!(DType::I1.bit_width(), 1);
+        assert!(DType::UI8.is_integer() && !DType::UI8.is_signed_integer() && !DType::I1.is_integer());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Element-wise ops: unary math, binary arithmetic, convert, clamp, compare
 //! and select.
 
-use super::{each_buffer, each_dtype, keeps_first_max, keeps_first_min, not_defined, same, Buffer, Elem, Value};
+use super::{each_buffer, each_dtype, keeps_first_max, keeps_first_min, not_defined, same, Buffer, Elem, Num, Value};
 use crate::graph::ops::{BinaryOp, UnaryOp};
 use crate::graph::{ComparisonDirection, DType};
 use half::{bf16, f16};
@@ -23,7 +23,62 @@ fn float_unary(op: UnaryOp, x: f32) -> f32 {
         UnaryOp::Rsqrt => 1.0 / x.sqrt(),
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Logistic => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Abs => x.abs(),
+        // NaN and signed zeros are their own sign.
+        UnaryOp::Sign if x == 0.0 || x.is_nan() => x,
+        UnaryOp::Sign => x.signum(),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::RoundNearestEven => x.round_ties_even(),
+        // In f64, rounded once: as accurate as f32 results get.
+        UnaryOp::Cosine => f64::from(x).cos() as f32,
+        UnaryOp::Sine => f64::from(x).sin() as f32,
+        UnaryOp::Erf => erf(f64::from(x)) as f32,
     }
+}
+
+/// The integer form of an op, in i64 (see `int_map`), if it has one.
+fn int_unary(op: UnaryOp) -> Option<fn(i64) -> i64> {
+    match op {
+        UnaryOp::Negate => Some(i64::wrapping_neg),
+        // |MIN| wraps to MIN, as two's complement `abs` does.
+        UnaryOp::Abs => Some(i64::wrapping_abs),
+        UnaryOp::Sign => Some(i64::signum),
+        UnaryOp::Exponential
+        | UnaryOp::Log
+        | UnaryOp::Sqrt
+        | UnaryOp::Rsqrt
+        | UnaryOp::Tanh
+        | UnaryOp::Logistic
+        | UnaryOp::Floor
+        | UnaryOp::RoundNearestEven
+        | UnaryOp::Cosine
+        | UnaryOp::Sine
+        | UnaryOp::Erf => None,
+    }
+}
+
+/// The Gauss error function to f64 accuracy, from the series
+/// `erf(x) = 2/sqrt(pi) * exp(-x^2) * sum_n x (2x^2)^n / (1 * 3 * ... * (2n+1))`
+/// (Abramowitz & Stegun 7.1.6). All its terms have one sign, so nothing
+/// cancels; beyond |x| = 6, erf(x) is ±1 to within f64's precision.
+fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    if x.abs() >= 6.0 {
+        return x.signum();
+    }
+    let two_x2 = 2.0 * x * x;
+    let (mut term, mut sum) = (x, x);
+    // At most ~150 terms for |x| < 6: they grow until 2n + 1 > 2x^2, then fall fast.
+    for n in 1..500 {
+        term *= two_x2 / f64::from(2 * n + 1);
+        sum += term;
+        if term.abs() <= sum.abs() * f64::EPSILON / 4.0 {
+            break;
+        }
+    }
+    std::f64::consts::FRAC_2_SQRT_PI * (-x * x).exp() * sum
 }
 
 fn float_binary(op: BinaryOp, x: f32, y: f32) -> f32 {
@@ -35,11 +90,11 @@ fn float_binary(op: BinaryOp, x: f32, y: f32) -> f32 {
         BinaryOp::Divide => x / y,
         BinaryOp::Maximum => pick(keeps_first_max(x.into(), y.into())),
         BinaryOp::Minimum => pick(keeps_first_min(x.into(), y.into())),
+        BinaryOp::Power => f64::from(x).powf(f64::from(y)) as f32,
     }
 }
 
-/// Computed in i64 and narrowed by the caller with `as`: wrapping in i64 then
-/// truncating equals wrapping in the narrow type.
+/// Computed in i64 and narrowed by `int_zip`.
 fn int_binary(op: BinaryOp, x: i64, y: i64) -> i64 {
     match op {
         BinaryOp::Add => x.wrapping_add(y),
@@ -51,20 +106,48 @@ fn int_binary(op: BinaryOp, x: i64, y: i64) -> i64 {
         BinaryOp::Divide => x.wrapping_div(y),
         BinaryOp::Maximum => x.max(y),
         BinaryOp::Minimum => x.min(y),
+        BinaryOp::Power => int_power(x, y),
     }
 }
 
+/// Square-and-multiply, wrapping. As in StableHLO's reference interpreter,
+/// a negative exponent gives 0 unless the base is 1 or -1.
+fn int_power(base: i64, exponent: i64) -> i64 {
+    if exponent < 0 && base.unsigned_abs() != 1 {
+        return 0;
+    }
+    let (mut base, mut e, mut result) = (base, exponent.unsigned_abs(), 1i64);
+    while e > 0 {
+        if e & 1 == 1 {
+            result = result.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        e >>= 1;
+    }
+    result
+}
+
+/// An integer op computed in i64 and narrowed with `as`: wrapping in i64 and
+/// then truncating equals wrapping in the narrow type (unsigned elements
+/// widen with zeros, so their order and quotients are right too).
+fn int_map<T: Elem>(v: &[T], f: impl Fn(i64) -> i64) -> Buffer {
+    T::wrap(map(v, |x| T::from_num(Num::I(f(x.to_num().as_i64())))))
+}
+
+fn int_zip<T: Elem>(a: &[T], b: &Buffer, f: impl Fn(i64, i64) -> i64) -> Result<Buffer, String> {
+    let wide = |x: T| x.to_num().as_i64();
+    Ok(T::wrap(zip(a, same(a, b)?, |x, y| T::from_num(Num::I(f(wide(x), wide(y)))))))
+}
+
 pub(super) fn unary(op: UnaryOp, x: &Buffer) -> Result<Buffer, String> {
-    let neg = op == UnaryOp::Negate;
     Ok(match x {
         Buffer::F32(v) => Buffer::F32(map(v, |a| float_unary(op, a))),
         Buffer::F16(v) => Buffer::F16(map(v, |a| f16::from_f32(float_unary(op, a.to_f32())))),
         Buffer::BF16(v) => Buffer::BF16(map(v, |a| bf16::from_f32(float_unary(op, a.to_f32())))),
-        Buffer::I8(v) if neg => Buffer::I8(map(v, i8::wrapping_neg)),
-        Buffer::I32(v) if neg => Buffer::I32(map(v, i32::wrapping_neg)),
-        Buffer::I64(v) if neg => Buffer::I64(map(v, i64::wrapping_neg)),
-        Buffer::I1(_) | Buffer::I8(_) | Buffer::I32(_) | Buffer::I64(_) => {
-            return Err(not_defined(op.name(), x.dtype()))
+        Buffer::I1(_) => return Err(not_defined(op.name(), DType::I1)),
+        _ => {
+            let f = int_unary(op).ok_or_else(|| not_defined(op.name(), x.dtype()))?;
+            each_buffer!(x, v => int_map(v, f))
         }
     })
 }
@@ -75,10 +158,8 @@ pub(super) fn binary(op: BinaryOp, a: &Buffer, b: &Buffer) -> Result<Buffer, Str
         Buffer::F32(x) => Buffer::F32(zip(x, same(x, b)?, via_f32)),
         Buffer::F16(x) => Buffer::F16(zip(x, same(x, b)?, |p, q| f16::from_f32(via_f32(p.to_f32(), q.to_f32())))),
         Buffer::BF16(x) => Buffer::BF16(zip(x, same(x, b)?, |p, q| bf16::from_f32(via_f32(p.to_f32(), q.to_f32())))),
-        Buffer::I8(x) => Buffer::I8(zip(x, same(x, b)?, |p, q| int_binary(op, p.into(), q.into()) as i8)),
-        Buffer::I32(x) => Buffer::I32(zip(x, same(x, b)?, |p, q| int_binary(op, p.into(), q.into()) as i32)),
-        Buffer::I64(x) => Buffer::I64(zip(x, same(x, b)?, |p, q| int_binary(op, p, q))),
         Buffer::I1(_) => return Err(not_defined(op.name(), DType::I1)),
+        _ => return each_buffer!(a, x => int_zip(x, b, |p, q| int_binary(op, p, q))),
     })
 }
 
@@ -142,6 +223,91 @@ mod tests {
         let y = Buffer::from(vec![2.0f32, -0.0, 8.0]);
         assert_eq!(binary(BinaryOp::Divide, &x, &y).unwrap(), Buffer::from(vec![0.0f32, f32::NEG_INFINITY, 0.5]));
         assert_eq!(binary(BinaryOp::Subtract, &x, &y).unwrap(), Buffer::from(vec![-2.0f32, 1.0, -4.0]));
+    }
+
+    #[test]
+    fn erf_matches_reference_values() {
+        // erf at 0.5, 1, 2, 3 and 5.5 to 16 digits (A&S table 7.1 / mpmath).
+        let cases = [
+            (0.5, 0.5204998778130465),
+            (1.0, 0.8427007929497149),
+            (2.0, 0.9953222650189527),
+            (3.0, 0.9999779095030014),
+            (5.5, 0.9999999999999927),
+            (1e-10, 1.1283791670955126e-10),
+        ];
+        for (x, want) in cases {
+            assert!((erf(x) - want).abs() <= 1e-15 * want, "erf({x}) = {} vs {want}", erf(x));
+            assert_eq!(erf(-x), -erf(x));
+        }
+        assert_eq!((erf(6.0), erf(f64::NEG_INFINITY)), (1.0, -1.0));
+        assert!(erf(f64::NAN).is_nan() && erf(-0.0).is_sign_negative());
+    }
+
+    #[test]
+    fn rounding_sign_and_trigonometry() {
+        let x = Buffer::from(vec![-2.5f32, -0.5, -0.0, 0.5, 1.5, 2.5, f32::NAN]);
+        let Buffer::F32(r) = unary(UnaryOp::RoundNearestEven, &x).unwrap() else { panic!() };
+        assert_eq!(r[..6], [-2.0, -0.0, -0.0, 0.0, 2.0, 2.0]);
+        let Buffer::F32(f) = unary(UnaryOp::Floor, &x).unwrap() else { panic!() };
+        assert_eq!(f[..6], [-3.0, -1.0, -0.0, 0.0, 1.0, 2.0]);
+        let Buffer::F32(s) = unary(UnaryOp::Sign, &x).unwrap() else { panic!() };
+        assert!(s[2] == 0.0 && s[2].is_sign_negative() && s[6].is_nan());
+        assert_eq!([s[0], s[3]], [-1.0, 1.0]);
+        let Buffer::F32(a) = unary(UnaryOp::Abs, &x).unwrap() else { panic!() };
+        assert!(a[2].is_sign_positive() && a[0] == 2.5);
+        let t = Buffer::from(vec![0.0f32, std::f32::consts::FRAC_PI_2]);
+        assert_eq!(unary(UnaryOp::Cosine, &t).unwrap(), Buffer::from(vec![1.0f32, -4.371139e-8]));
+        assert_eq!(unary(UnaryOp::Sine, &t).unwrap(), Buffer::from(vec![0.0f32, 1.0]));
+    }
+
+    #[test]
+    fn integer_abs_sign_and_power_wrap() {
+        let a = Buffer::from(vec![-128i8, -3, 0, 7]);
+        assert_eq!(unary(UnaryOp::Abs, &a).unwrap(), Buffer::from(vec![-128i8, 3, 0, 7]));
+        assert_eq!(unary(UnaryOp::Sign, &a).unwrap(), Buffer::from(vec![-1i8, -1, 0, 1]));
+        assert_eq!(unary(UnaryOp::Negate, &Buffer::from(vec![1u8, 0])).unwrap(), Buffer::from(vec![255u8, 0]));
+        assert_eq!(unary(UnaryOp::Floor, &a).unwrap_err(), "floor is not defined on i8");
+        // Negative exponents: 0 unless the base is 1 or -1.
+        let base = Buffer::from(vec![2i32, -2, -1, 1, 0, 3, 2]);
+        let exp = Buffer::from(vec![10i32, 3, -3, -5, -1, 0, 31]);
+        assert_eq!(
+            binary(BinaryOp::Power, &base, &exp).unwrap(),
+            Buffer::from(vec![1024i32, -8, -1, 1, 0, 1, i32::MIN])
+        );
+        let u = binary(BinaryOp::Power, &Buffer::from(vec![3u8, 255]), &Buffer::from(vec![5u8, 2])).unwrap();
+        assert_eq!(u, Buffer::from(vec![243u8, 1]));
+        let p = binary(
+            BinaryOp::Power,
+            &Buffer::from(vec![2.0f32, -8.0, 4.0]),
+            &Buffer::from(vec![0.5f32, 1.0 / 3.0, -0.5]),
+        );
+        let Buffer::F32(p) = p.unwrap() else { panic!() };
+        assert!(p[0] == std::f32::consts::SQRT_2 && p[1].is_nan() && p[2] == 0.5);
+    }
+
+    #[test]
+    fn unsigned_and_i16_arithmetic_wraps() {
+        let a = Buffer::from(vec![250u8, 3, 7]);
+        let b = Buffer::from(vec![10u8, 5, 0]);
+        assert_eq!(binary(BinaryOp::Add, &a, &b).unwrap(), Buffer::from(vec![4u8, 8, 7]));
+        assert_eq!(binary(BinaryOp::Subtract, &a, &b).unwrap(), Buffer::from(vec![240u8, 254, 7]));
+        // Unsigned x / 0 is all ones, XLA's -1.
+        assert_eq!(binary(BinaryOp::Divide, &a, &b).unwrap(), Buffer::from(vec![25u8, 0, 255]));
+        assert_eq!(binary(BinaryOp::Maximum, &a, &b).unwrap(), Buffer::from(vec![250u8, 5, 7]));
+        let big = Buffer::from(vec![u32::MAX, 1 << 31]);
+        assert_eq!(
+            binary(BinaryOp::Multiply, &big, &Buffer::from(vec![2u32, 2])).unwrap(),
+            Buffer::from(vec![u32::MAX - 1, 0])
+        );
+        let h = Buffer::from(vec![i16::MAX]);
+        assert_eq!(binary(BinaryOp::Add, &h, &Buffer::from(vec![1i16])).unwrap(), Buffer::from(vec![i16::MIN]));
+        assert_eq!(
+            convert(&Buffer::from(vec![-1.7f32, 300.0, 65535.9]), DType::UI16),
+            Buffer::from(vec![0u16, 300, 65535])
+        );
+        assert_eq!(convert(&Buffer::from(vec![200u8]), DType::I8), Buffer::from(vec![-56i8]));
+        assert_eq!(convert(&Buffer::from(vec![u32::MAX]), DType::F32), Buffer::from(vec![4294967296.0f32]));
     }
 
     #[test]

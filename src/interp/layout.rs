@@ -1,6 +1,7 @@
 //! Ops that move elements without computing: transpose, broadcast_in_dim,
 //! concatenate, slice (reshape is a copy, in `mod.rs`). Each computes, for
-//! every result element, the flat offset it reads, then `take`s.
+//! every result element, the flat offset it reads, then `take`s; `pad`
+//! instead computes where each operand element lands.
 
 use super::{each_buffer, same, strided_offsets, strides, take, Buffer, Elem, Value};
 use crate::graph::TensorType;
@@ -64,6 +65,21 @@ pub(super) fn slice(x: &Value, start_indices: &[usize], steps: &[usize], out: &T
     take(&x.data, &strided_offsets(&out.shape, &walk, base))
 }
 
+/// Operand index `j` lands at result index `low + j * (interior + 1)`; every
+/// other result element is `padding_value`.
+pub(super) fn pad(x: &Value, padding_value: &Value, low: &[usize], interior: &[usize], out: &TensorType) -> Result<Buffer, String> {
+    let s = strides(&out.shape);
+    let base = low.iter().zip(&s).map(|(a, b)| a * b).sum();
+    let walk: Vec<usize> = interior.iter().zip(&s).map(|(i, b)| (i + 1) * b).collect();
+    let targets = strided_offsets(&x.ty.shape, &walk, base);
+    each_buffer!(&x.data, v => {
+        let fill = *same(v, &padding_value.data)?.first().ok_or("padding_value holds no element")?;
+        let mut result = vec![fill; out.num_elements()];
+        targets.iter().zip(v).for_each(|(&t, &e)| result[t] = e);
+        Ok(Elem::wrap(result))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +126,26 @@ mod tests {
         let x = val("tensor<3x4xi64>", (0..12).collect::<Vec<i64>>());
         assert_eq!(slice(&x, &[0, 1], &[2, 2], &t("tensor<2x2xi64>")), Buffer::from(vec![1i64, 3, 9, 11]));
         assert_eq!(slice(&x, &[2, 0], &[1, 3], &t("tensor<1x2xi64>")), Buffer::from(vec![8i64, 11]));
+    }
+
+    #[test]
+    fn pad_edges_and_interior() {
+        // The spec's example.
+        let x = val("tensor<2x3xi32>", vec![1, 2, 3, 4, 5, 6]);
+        let zero = val("tensor<i32>", vec![0]);
+        let out = pad(&x, &zero, &[0, 1], &[1, 2], &t("tensor<5x9xi32>")).unwrap();
+        #[rustfmt::skip]
+        let want = vec![
+            0, 1, 0, 0, 2, 0, 0, 3, 0,
+            0, 0, 0, 0, 0, 0, 0, 0, 0,
+            0, 4, 0, 0, 5, 0, 0, 6, 0,
+            0, 0, 0, 0, 0, 0, 0, 0, 0,
+            0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(out, Buffer::from(want));
+        let s = val("tensor<f32>", vec![2.5f32]);
+        let nine = val("tensor<f32>", vec![9.0f32]);
+        assert_eq!(pad(&s, &nine, &[], &[], &t("tensor<f32>")).unwrap(), s.data);
+        assert!(pad(&x, &nine, &[0, 0], &[0, 0], &t("tensor<2x3xi32>")).is_err());
     }
 }

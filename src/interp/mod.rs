@@ -9,14 +9,25 @@
 //! Numerics, per op:
 //! - f16/bf16 compute in f32 and round to the storage type once per op;
 //! - integer arithmetic wraps; `x / 0` is `-1` and `MIN / -1` is `MIN` (the
-//!   results XLA defines; StableHLO leaves them undefined);
+//!   results XLA defines; StableHLO leaves them undefined); shifting by the
+//!   bit width or more (or by a negative amount, read as unsigned) gives 0,
+//!   or the sign for `shift_right_arithmetic`, as StableHLO and IREE do;
+//! - float -> integer `convert` truncates toward zero and saturates, NaN -> 0
+//!   (Rust's `as`). Out of range, IREE on x86 differs: it yields the
+//!   `cvttss2si` "integer indefinite" pattern (f32 -> i32 of 1e10, -1e10 or
+//!   NaN is `i32::MIN`; -1.7 -> ui32 is 4294967295) and narrow types clamp
+//!   that, so tests keep conversions in range;
+//! - transcendental ops new to kiln (`cosine`, `sine`, `erf`, `power`) run
+//!   in f64 and round once;
 //! - sums (`dot_general`, `reduce sum`) accumulate floats in f64 and integers
 //!   in wrapping i64, in row-major order, rounding once at the end, so the
 //!   reference is deterministic and at least as accurate as any backend;
 //! - `maximum`/`minimum` are IEEE 754-2019's: NaN propagates, `-0 < +0`.
 
+mod bitwise;
 mod constant;
 mod dot_general;
+mod dynamic_slice;
 mod elementwise;
 mod gather;
 mod layout;
@@ -39,8 +50,12 @@ macro_rules! each_buffer {
             Buffer::BF16($v) => $body,
             Buffer::I1($v) => $body,
             Buffer::I8($v) => $body,
+            Buffer::I16($v) => $body,
             Buffer::I32($v) => $body,
             Buffer::I64($v) => $body,
+            Buffer::UI8($v) => $body,
+            Buffer::UI16($v) => $body,
+            Buffer::UI32($v) => $body,
         }
     };
 }
@@ -69,12 +84,28 @@ macro_rules! each_dtype {
                 type $t = i8;
                 $body
             }
+            DType::I16 => {
+                type $t = i16;
+                $body
+            }
             DType::I32 => {
                 type $t = i32;
                 $body
             }
             DType::I64 => {
                 type $t = i64;
+                $body
+            }
+            DType::UI8 => {
+                type $t = u8;
+                $body
+            }
+            DType::UI16 => {
+                type $t = u16;
+                $body
+            }
+            DType::UI32 => {
+                type $t = u32;
                 $body
             }
         }
@@ -92,8 +123,12 @@ pub enum Buffer {
     BF16(Vec<bf16>),
     I1(Vec<bool>),
     I8(Vec<i8>),
+    I16(Vec<i16>),
     I32(Vec<i32>),
     I64(Vec<i64>),
+    UI8(Vec<u8>),
+    UI16(Vec<u16>),
+    UI32(Vec<u32>),
 }
 
 impl Buffer {
@@ -104,8 +139,12 @@ impl Buffer {
             Buffer::BF16(_) => DType::BF16,
             Buffer::I1(_) => DType::I1,
             Buffer::I8(_) => DType::I8,
+            Buffer::I16(_) => DType::I16,
             Buffer::I32(_) => DType::I32,
             Buffer::I64(_) => DType::I64,
+            Buffer::UI8(_) => DType::UI8,
+            Buffer::UI16(_) => DType::UI16,
+            Buffer::UI32(_) => DType::UI32,
         }
     }
 
@@ -301,6 +340,9 @@ fn eval(
         Op::Unary(op) => elementwise::unary(*op, &arg(0).data),
         Op::Binary(op) => elementwise::binary(*op, &arg(0).data, &arg(1).data),
         Op::Convert => Ok(elementwise::convert(&arg(0).data, ty.dtype)),
+        Op::BitcastConvert => bitwise::bitcast_convert(arg(0), ty),
+        Op::Bitwise(op) => bitwise::bitwise(*op, &arg(0).data, &arg(1).data),
+        Op::Not => bitwise::not(&arg(0).data),
         Op::Clamp => elementwise::clamp(arg(0), arg(1), arg(2)),
         Op::Compare(direction) => elementwise::compare(*direction, &arg(0).data, &arg(1).data),
         Op::Select => elementwise::select(arg(0), arg(1), arg(2)),
@@ -313,6 +355,17 @@ fn eval(
             layout::concatenate(&inputs, *dimension)
         }
         Op::Slice { start_indices, strides, .. } => Ok(layout::slice(arg(0), start_indices, strides, ty)),
+        Op::DynamicSlice { .. } => {
+            let start_indices: Vec<&Value> = (1..node.operands.len()).map(arg).collect();
+            dynamic_slice::dynamic_slice(arg(0), &start_indices, ty)
+        }
+        Op::DynamicUpdateSlice => {
+            let start_indices: Vec<&Value> = (2..node.operands.len()).map(arg).collect();
+            dynamic_slice::dynamic_update_slice(arg(0), arg(1), &start_indices)
+        }
+        Op::Pad { edge_padding_low, interior_padding, .. } => {
+            layout::pad(arg(0), arg(1), edge_padding_low, interior_padding, ty)
+        }
         Op::DotGeneral(dims) => dot_general::dot_general(arg(0), arg(1), dims, ty),
         Op::Gather => gather::gather(arg(0), arg(1)),
         Op::Reduce { kind, dimensions } => Ok(reduce::reduce(*kind, arg(0), dimensions, ty)),
@@ -413,6 +466,14 @@ impl Num {
         match self {
             Num::F(x) => x,
             Num::I(i) => i as f64,
+        }
+    }
+
+    /// Floats truncate toward zero, saturating.
+    fn as_i64(self) -> i64 {
+        match self {
+            Num::F(x) => x as i64,
+            Num::I(i) => i,
         }
     }
 }
@@ -538,8 +599,12 @@ impl_elem!(float f32, F32, f32::NEG_INFINITY, |x: f32| x as f64, |x: f64| x as f
 impl_elem!(float f16, F16, f16::NEG_INFINITY, f16::to_f64, f16::from_f64);
 impl_elem!(float bf16, BF16, bf16::NEG_INFINITY, bf16::to_f64, bf16::from_f64);
 impl_elem!(int i8, I8);
+impl_elem!(int i16, I16);
 impl_elem!(int i32, I32);
 impl_elem!(int i64, I64);
+impl_elem!(int u8, UI8);
+impl_elem!(int u16, UI16);
+impl_elem!(int u32, UI32);
 
 impl Elem for bool {
     const DTYPE: DType = DType::I1;
@@ -641,9 +706,12 @@ pub(crate) mod tests {
             match dtype {
                 d if d.is_float() => assert!(xs.iter().all(|x| (-1.0..1.0).contains(x)), "{dtype}"),
                 DType::I1 => assert!(xs.contains(&0.0) && xs.contains(&1.0)),
-                _ => {
-                    assert!(xs.iter().all(|x| (-3.0..5.0).contains(x)));
-                    assert!(xs.contains(&-3.0) && xs.contains(&4.0));
+                d => {
+                    // Unsigned types wrap -3..0 to the top of their range.
+                    let lowest = if d.is_unsigned() { d.integer_bounds().unwrap().1 as f64 - 2.0 } else { -3.0 };
+                    let ok = |x: &f64| (-3.0..5.0).contains(x) || *x >= lowest;
+                    assert!(xs.iter().all(ok), "{dtype}");
+                    assert!(xs.contains(&lowest) && xs.contains(&4.0), "{dtype}");
                 }
             }
         }

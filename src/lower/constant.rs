@@ -11,19 +11,12 @@ use melior::ir::{Attribute, Type, Value};
 pub(super) fn splat_attribute<'c>(e: &Emitter<'c, '_>, value: f64, ty: &TensorType) -> Result<Attribute<'c>, LowerError> {
     let ctx = e.ctx();
     let elem = element_type(ctx, ty.dtype);
-    let scalar: Attribute = if ty.dtype.is_float() {
-        FloatAttribute::new(ctx, elem, value).into()
-    } else if ty.dtype == DType::I1 {
-        IntegerAttribute::new(elem, i64::from(value != 0.0)).into()
-    } else {
+    let scalar: Attribute = match ty.dtype.integer_bounds() {
+        None => FloatAttribute::new(ctx, elem, value).into(),
+        Some(_) if ty.dtype == DType::I1 => IntegerAttribute::new(elem, i64::from(value != 0.0)).into(),
         // Truncate toward zero and saturate to the element type, as the
         // interpreter's float-to-int conversion does.
-        let (min, max) = match ty.dtype {
-            DType::I8 => (i8::MIN as i64, i8::MAX as i64),
-            DType::I32 => (i32::MIN as i64, i32::MAX as i64),
-            _ => (i64::MIN, i64::MAX),
-        };
-        IntegerAttribute::new(elem, (value as i64).clamp(min, max)).into()
+        Some((min, max)) => IntegerAttribute::new(elem, (value as i64).clamp(min, max)).into(),
     };
     DenseElementsAttribute::new(e.tensor_type(ty), &[scalar])
         .map(Into::into)

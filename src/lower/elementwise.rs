@@ -1,6 +1,6 @@
-//! Lowers element-wise ops: one StableHLO op each.
+//! Lowers element-wise ops: one StableHLO op each (`erf` is CHLO's).
 
-use super::dialects::stablehlo;
+use super::dialects::{chlo, stablehlo};
 use super::{Emitter, LowerError};
 use crate::graph::ops::{BinaryOp, ComparisonDirection, UnaryOp};
 use melior::ir::{Type, Value};
@@ -20,6 +20,13 @@ pub(super) fn lower_unary<'c, 'a>(
         UnaryOp::Rsqrt => e.emit(stablehlo::rsqrt(ctx, result, operand, loc)),
         UnaryOp::Tanh => e.emit(stablehlo::tanh(ctx, result, operand, loc)),
         UnaryOp::Logistic => e.emit(stablehlo::logistic(ctx, result, operand, loc)),
+        UnaryOp::Abs => e.emit(stablehlo::abs(ctx, result, operand, loc)),
+        UnaryOp::Sign => e.emit(stablehlo::sign(ctx, result, operand, loc)),
+        UnaryOp::Floor => e.emit(stablehlo::floor(ctx, result, operand, loc)),
+        UnaryOp::RoundNearestEven => e.emit(stablehlo::round_nearest_even(ctx, result, operand, loc)),
+        UnaryOp::Cosine => e.emit(stablehlo::cosine(ctx, result, operand, loc)),
+        UnaryOp::Sine => e.emit(stablehlo::sine(ctx, result, operand, loc)),
+        UnaryOp::Erf => e.emit(chlo::erf(ctx, result, operand, loc)),
     }
 }
 
@@ -38,6 +45,7 @@ pub(super) fn lower_binary<'c, 'a>(
         BinaryOp::Divide => e.emit(stablehlo::divide(ctx, result, lhs, rhs, loc)),
         BinaryOp::Maximum => e.emit(stablehlo::maximum(ctx, result, lhs, rhs, loc)),
         BinaryOp::Minimum => e.emit(stablehlo::minimum(ctx, result, lhs, rhs, loc)),
+        BinaryOp::Power => e.emit(stablehlo::power(ctx, result, lhs, rhs, loc)),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Lowers reshape, transpose, broadcast_in_dim, concatenate and slice.
+//! Lowers reshape, transpose, broadcast_in_dim, concatenate, slice and pad.
 
 use super::dialects::stablehlo;
 use super::{Emitter, LowerError};
@@ -53,6 +53,25 @@ pub(super) fn lower_slice<'c, 'a>(
         e.i64_array(start_indices),
         e.i64_array(limit_indices),
         e.i64_array(strides),
+        e.loc(),
+    ))
+}
+
+pub(super) fn lower_pad<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    operand: Value<'c, 'a>,
+    padding_value: Value<'c, 'a>,
+    [low, high, interior]: [&[usize]; 3],
+    result: Type<'c>,
+) -> Result<Value<'c, 'a>, LowerError> {
+    e.emit(stablehlo::pad(
+        e.ctx(),
+        result,
+        operand,
+        padding_value,
+        e.i64_array(low),
+        e.i64_array(high),
+        e.i64_array(interior),
         e.loc(),
     ))
 }

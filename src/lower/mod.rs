@@ -9,8 +9,10 @@
 
 pub mod dialects;
 
+mod bitwise;
 mod constant;
 mod dot_general;
+mod dynamic_slice;
 mod elementwise;
 mod gather;
 mod layout;
@@ -182,8 +184,12 @@ pub(crate) fn element_type<'c>(ctx: &'c Context, dtype: DType) -> Type<'c> {
         DType::BF16 => Type::bfloat16(ctx),
         DType::I1 => IntegerType::new(ctx, 1).into(),
         DType::I8 => IntegerType::new(ctx, 8).into(),
+        DType::I16 => IntegerType::new(ctx, 16).into(),
         DType::I32 => IntegerType::new(ctx, 32).into(),
         DType::I64 => IntegerType::new(ctx, 64).into(),
+        DType::UI8 => IntegerType::unsigned(ctx, 8).into(),
+        DType::UI16 => IntegerType::unsigned(ctx, 16).into(),
+        DType::UI32 => IntegerType::unsigned(ctx, 32).into(),
     }
 }
 
@@ -257,6 +263,9 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Unary(u) => elementwise::lower_unary(self, *u, operands[0], result),
             Op::Binary(b) => elementwise::lower_binary(self, *b, operands[0], operands[1], result),
             Op::Convert => elementwise::lower_convert(self, operands[0], result),
+            Op::BitcastConvert => bitwise::lower_bitcast_convert(self, operands[0], result),
+            Op::Bitwise(b) => bitwise::lower_bitwise(self, *b, operands[0], operands[1], result),
+            Op::Not => bitwise::lower_not(self, operands[0], result),
             Op::Clamp => elementwise::lower_clamp(self, operands, result),
             Op::Compare(d) => elementwise::lower_compare(self, *d, operands[0], operands[1], result),
             Op::Select => elementwise::lower_select(self, operands, result),
@@ -268,6 +277,16 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Concatenate { dimension } => layout::lower_concatenate(self, operands, *dimension, result),
             Op::Slice { start_indices, limit_indices, strides } => {
                 layout::lower_slice(self, operands[0], start_indices, limit_indices, strides, result)
+            }
+            Op::DynamicSlice { slice_sizes } => {
+                dynamic_slice::lower_dynamic_slice(self, operands[0], &operands[1..], slice_sizes, result)
+            }
+            Op::DynamicUpdateSlice => {
+                dynamic_slice::lower_dynamic_update_slice(self, operands[0], operands[1], &operands[2..], result)
+            }
+            Op::Pad { edge_padding_low, edge_padding_high, interior_padding } => {
+                let padding = [edge_padding_low.as_slice(), edge_padding_high, interior_padding];
+                layout::lower_pad(self, operands[0], operands[1], padding, result)
             }
             Op::DotGeneral(dims) => dot_general::lower_dot_general(self, operands[0], operands[1], dims, result),
             Op::Gather => gather::lower_gather(self, operands[0], operands[1], operand_types[0], operand_types[1], ty),

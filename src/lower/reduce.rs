@@ -16,15 +16,11 @@ pub(super) fn lower_reduce<'c, 'a>(
     let (ctx, loc) = (e.ctx(), e.loc());
     let scalar = TensorType::new([], result.dtype);
     let scalar_type = e.tensor_type(&scalar);
-    let init = match kind {
-        ReduceKind::Sum => 0.0,
-        ReduceKind::Max if result.dtype.is_float() => f64::NEG_INFINITY,
+    let init = match (kind, result.dtype.integer_bounds()) {
+        (ReduceKind::Sum, _) => 0.0,
+        (ReduceKind::Max, None) => f64::NEG_INFINITY,
         // Integer max starts at the type's minimum.
-        ReduceKind::Max => match result.dtype {
-            crate::graph::DType::I8 => i8::MIN as f64,
-            crate::graph::DType::I32 => i32::MIN as f64,
-            _ => i64::MIN as f64,
-        },
+        (ReduceKind::Max, Some((min, _))) => min as f64,
     };
     let init = e.emit(stablehlo::constant(ctx, scalar_type, splat_attribute(e, init, &scalar)?, loc))?;
 

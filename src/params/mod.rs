@@ -4,13 +4,18 @@
 //! `#flow.parameter.named<"scope"::"<checkpoint name>">`, read where used
 //! with `util.global.load`. The function signature never holds a weight:
 //! `iree-run-module --parameters=scope=FILE` supplies them.
+//!
+//! iree-compile makes unsigned integer types signless in StableHLO ops and
+//! function signatures, but not in `util.global`s ("failed to legalize
+//! operation 'util.global.load'" for `tensor<4xui8>`): an unsigned param is
+//! stored as the signless type of its width and bitcast after the load.
 
 mod error;
 pub mod irpa;
 pub use error::ParamsError;
 
-use crate::graph::{Graph, TensorType};
-use crate::lower::dialects::util;
+use crate::graph::{DType, Graph, TensorType};
+use crate::lower::dialects::{stablehlo, util};
 use crate::lower::{tensor_type, Emitter, LowerError, LowerOptions, Session};
 use melior::ir::attribute::{FlatSymbolRefAttribute, StringAttribute, TypeAttribute};
 use melior::ir::{Attribute, BlockLike, Location, Module, Value};
@@ -47,6 +52,18 @@ fn parameter_attribute(scope: &str, name: &str, ty: &TensorType) -> Result<Strin
     Ok(format!("#flow.parameter.named<{}::{}> : {ty}", quote(scope)?, quote(name)?))
 }
 
+/// The type a param's global holds: unsigned integers as the signless type
+/// of their width, the same bytes.
+fn storage_type(ty: &TensorType) -> TensorType {
+    let dtype = match ty.dtype {
+        DType::UI8 => DType::I8,
+        DType::UI16 => DType::I16,
+        DType::UI32 => DType::I32,
+        d => d,
+    };
+    ty.with_dtype(dtype)
+}
+
 /// Declares one global per param at the top of `module`.
 pub(crate) fn declare_globals(
     session: &Session,
@@ -65,7 +82,8 @@ pub(crate) fn declare_globals(
             .find(|s| !taken.contains(s))
             .expect("an unbounded range always yields a free name");
         taken.insert(symbol.clone());
-        let text = parameter_attribute(&options.param_scope, name, ty)?;
+        let stored = storage_type(ty);
+        let text = parameter_attribute(&options.param_scope, name, &stored)?;
         let node = &graph.node(id).name;
         let initial_value = Attribute::parse(ctx, &text).ok_or_else(|| LowerError::Node {
             node: node.clone(),
@@ -79,7 +97,7 @@ pub(crate) fn declare_globals(
                 ctx,
                 StringAttribute::new(ctx, &symbol),
                 StringAttribute::new(ctx, "private"),
-                TypeAttribute::new(tensor_type(ctx, ty)),
+                TypeAttribute::new(tensor_type(ctx, &stored)),
                 initial_value,
                 loc,
             )
@@ -97,5 +115,11 @@ pub(crate) fn load_global<'c, 'a>(
     ty: &TensorType,
 ) -> Result<Value<'c, 'a>, LowerError> {
     let symbol = globals.symbol(name).ok_or_else(|| e.error(format!("param \"{name}\" has no global")))?;
-    e.emit(util::global_load(e.ctx(), e.tensor_type(ty), FlatSymbolRefAttribute::new(e.ctx(), symbol), e.loc()))
+    let stored = storage_type(ty);
+    let symbol = FlatSymbolRefAttribute::new(e.ctx(), symbol);
+    let value = e.emit(util::global_load(e.ctx(), e.tensor_type(&stored), symbol, e.loc()))?;
+    if stored == *ty {
+        return Ok(value);
+    }
+    e.emit(stablehlo::bitcast_convert(e.ctx(), e.tensor_type(ty), value, e.loc()))
 }

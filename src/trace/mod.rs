@@ -15,10 +15,11 @@
 //! assert_eq!(graph.node(graph.outputs()[0]).ty.to_string(), "tensor<2x8xf32>");
 //! ```
 
-use crate::graph::ops::{BinaryOp, UnaryOp};
+use crate::graph::ops::{bitwise, BinaryOp, BitwiseOp, UnaryOp};
 use crate::graph::{ComparisonDirection, DType, DotDimensions, Graph, GraphError, Op, ReduceKind, TensorType, ValueId};
 use std::cell::RefCell;
 use thiserror::Error;
+
 
 #[derive(Debug, Error)]
 pub enum TraceError {
@@ -26,6 +27,9 @@ pub enum TraceError {
     Graph(#[from] GraphError),
     #[error("tensors from two different tracers were combined in {op}")]
     ForeignTensor { op: &'static str },
+    /// A composite op ([`nn`]) was given arguments it cannot take.
+    #[error("{op}: {message}")]
+    Op { op: &'static str, message: String },
 }
 
 /// Records ops into a [`Graph`].
@@ -144,6 +148,70 @@ impl<'t> Tensor<'t> {
     pub fn logistic(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Logistic)
     }
+    pub fn abs(&self) -> Result<Tensor<'t>, TraceError> {
+        self.unary(UnaryOp::Abs)
+    }
+    /// -1, 0 or 1 (floats keep the sign of zero and NaN).
+    pub fn sign(&self) -> Result<Tensor<'t>, TraceError> {
+        self.unary(UnaryOp::Sign)
+    }
+    pub fn floor(&self) -> Result<Tensor<'t>, TraceError> {
+        self.unary(UnaryOp::Floor)
+    }
+    /// Rounds half-way cases to even: 0.5 -> 0, 1.5 -> 2.
+    pub fn round_nearest_even(&self) -> Result<Tensor<'t>, TraceError> {
+        self.unary(UnaryOp::RoundNearestEven)
+    }
+    pub fn cosine(&self) -> Result<Tensor<'t>, TraceError> {
+        self.unary(UnaryOp::Cosine)
+    }
+    pub fn sine(&self) -> Result<Tensor<'t>, TraceError> {
+        self.unary(UnaryOp::Sine)
+    }
+    /// The Gauss error function (`chlo.erf`).
+    pub fn erf(&self) -> Result<Tensor<'t>, TraceError> {
+        self.unary(UnaryOp::Erf)
+    }
+    pub fn power(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
+        self.binary(BinaryOp::Power, rhs)
+    }
+
+    fn bitwise(&self, op: BitwiseOp, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
+        self.tracer.push("", Op::Bitwise(op), &[self, rhs], None)
+    }
+
+    pub fn and(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
+        self.bitwise(BitwiseOp::And, rhs)
+    }
+    pub fn or(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
+        self.bitwise(BitwiseOp::Or, rhs)
+    }
+    pub fn xor(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
+        self.bitwise(BitwiseOp::Xor, rhs)
+    }
+    pub fn not(&self) -> Result<Tensor<'t>, TraceError> {
+        self.tracer.push("", Op::Not, &[self], None)
+    }
+    /// Shifting by the bit width or more gives 0.
+    pub fn shift_left(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
+        self.bitwise(BitwiseOp::ShiftLeft, rhs)
+    }
+    /// Fills with zeros; shifting by the bit width or more gives 0.
+    pub fn shift_right_logical(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
+        self.bitwise(BitwiseOp::ShiftRightLogical, rhs)
+    }
+    /// Fills with the top bit, also past the bit width (0 or -1).
+    pub fn shift_right_arithmetic(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
+        self.bitwise(BitwiseOp::ShiftRightArithmetic, rhs)
+    }
+
+    /// The same bits as `dtype`: a narrower type adds a last dim of the
+    /// width ratio, a wider one consumes it (`[n, 2] i8 -> [n] f16`).
+    pub fn bitcast_convert(&self, dtype: DType) -> Result<Tensor<'t>, TraceError> {
+        // A shape that does not fit is left to the shape rule to report.
+        let shape = bitwise::bitcast_shape(&self.ty, dtype).unwrap_or_else(|| self.ty.shape.clone());
+        self.tracer.push("", Op::BitcastConvert, &[self], Some(TensorType::new(shape, dtype)))
+    }
 
     pub fn convert(&self, dtype: DType) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::Convert, &[self], Some(self.ty.with_dtype(dtype)))
@@ -182,6 +250,31 @@ impl<'t> Tensor<'t> {
             strides: strides.to_vec(),
         };
         self.tracer.push("", op, &[self], None)
+    }
+
+    /// A `slice_sizes` slice starting at the runtime `start_indices` (scalar
+    /// integers, one per dim), clamped to stay inside `self`.
+    pub fn dynamic_slice(&self, start_indices: &[&Tensor<'_>], slice_sizes: &[usize]) -> Result<Tensor<'t>, TraceError> {
+        let operands: Vec<&Tensor<'_>> = std::iter::once(self).chain(start_indices.iter().copied()).collect();
+        self.tracer.push("", Op::DynamicSlice { slice_sizes: slice_sizes.to_vec() }, &operands, None)
+    }
+
+    /// `self` with `update` written at the runtime `start_indices` (clamped
+    /// like `dynamic_slice`'s): e.g. a KV cache at the decode position.
+    pub fn dynamic_update_slice(&self, update: &Tensor<'_>, start_indices: &[&Tensor<'_>]) -> Result<Tensor<'t>, TraceError> {
+        let operands: Vec<&Tensor<'_>> = [self, update].into_iter().chain(start_indices.iter().copied()).collect();
+        self.tracer.push("", Op::DynamicUpdateSlice, &operands, None)
+    }
+
+    /// Pads each dim with `padding_value` (a scalar): `low` before, `high`
+    /// after and `interior` between elements.
+    pub fn pad(&self, padding_value: &Tensor<'_>, low: &[usize], high: &[usize], interior: &[usize]) -> Result<Tensor<'t>, TraceError> {
+        let op = Op::Pad {
+            edge_padding_low: low.to_vec(),
+            edge_padding_high: high.to_vec(),
+            interior_padding: interior.to_vec(),
+        };
+        self.tracer.push("", op, &[self, padding_value], None)
     }
 
     pub fn dot_general(&self, rhs: &Tensor<'_>, dims: DotDimensions) -> Result<Tensor<'t>, TraceError> {
@@ -227,6 +320,32 @@ mod tests {
         assert_eq!(a.id, b.id);
         let g = t.finish(&[&a]).unwrap();
         assert_eq!(g.params().count(), 1);
+    }
+
+    #[test]
+    fn kv_cache_update_and_packed_weights() {
+        let t = Tracer::new("main");
+        let cache = t.input("cache", TensorType::new([16, 2, 4], DType::F16)).unwrap();
+        let row = t.input("row", TensorType::new([1, 2, 4], DType::F16)).unwrap();
+        let pos = t.input("pos", TensorType::new([], DType::I32)).unwrap();
+        let zero = t.constant(0.0, TensorType::new([], DType::I32)).unwrap();
+        let cache = cache.dynamic_update_slice(&row, &[&pos, &zero, &zero]).unwrap();
+        let window = cache.dynamic_slice(&[&pos, &zero, &zero], &[4, 2, 4]).unwrap();
+        assert_eq!(window.ty, TensorType::new([4, 2, 4], DType::F16));
+        let err = cache.dynamic_slice(&[&pos, &zero], &[4, 2, 4]).unwrap_err().to_string();
+        assert!(err.contains("dynamic_slice (C2)"), "{err}");
+
+        let packed = t.param("blk.0.ffn_down.qs", TensorType::new([8], DType::UI8)).unwrap();
+        let four = t.constant(4.0, TensorType::new([8], DType::UI8)).unwrap();
+        let low = packed.and(&t.constant(15.0, TensorType::new([8], DType::UI8)).unwrap()).unwrap();
+        let high = packed.shift_right_logical(&four).unwrap();
+        assert_eq!(high.ty, low.ty);
+        let scales = t.param("scales", TensorType::new([4, 2], DType::I8)).unwrap().bitcast_convert(DType::F16).unwrap();
+        assert_eq!(scales.ty, TensorType::new([4], DType::F16));
+        assert_eq!(scales.bitcast_convert(DType::UI8).unwrap().ty, TensorType::new([4, 2], DType::UI8));
+        let err = packed.bitcast_convert(DType::F32).unwrap_err().to_string();
+        assert!(err.contains("bitcast_convert (C1)"), "{err}");
+        assert!(packed.shift_left(&scales).is_err());
     }
 
     #[test]

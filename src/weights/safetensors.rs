@@ -144,8 +144,12 @@ impl StDType {
             StDType::BF16 => Some(DType::BF16),
             StDType::BOOL => Some(DType::I1),
             StDType::I8 => Some(DType::I8),
+            StDType::I16 => Some(DType::I16),
             StDType::I32 => Some(DType::I32),
             StDType::I64 => Some(DType::I64),
+            StDType::U8 => Some(DType::UI8),
+            StDType::U16 => Some(DType::UI16),
+            StDType::U32 => Some(DType::UI32),
             _ => None,
         }
     }
@@ -159,8 +163,12 @@ impl From<DType> for StDType {
             DType::BF16 => StDType::BF16,
             DType::I1 => StDType::BOOL,
             DType::I8 => StDType::I8,
+            DType::I16 => StDType::I16,
             DType::I32 => StDType::I32,
             DType::I64 => StDType::I64,
+            DType::UI8 => StDType::U8,
+            DType::UI16 => StDType::U16,
+            DType::UI32 => StDType::U32,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Element-wise ops: unary math, binary arithmetic, convert, clamp,
 //! compare and select. Shape rules follow StableHLO `docs/spec.md`.
+//! (`erf` is CHLO's: StableHLO has none, and iree-compile takes `chlo.erf`.)
 
 use super::{require_dtype, require_float, same_dtype};
 use crate::graph::{DType, ShapeError, TensorType};
@@ -14,10 +15,17 @@ pub enum UnaryOp {
     Rsqrt,
     Tanh,
     Logistic,
+    Abs,
+    Sign,
+    Floor,
+    RoundNearestEven,
+    Cosine,
+    Sine,
+    Erf,
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 7] = [
+    pub const ALL: [UnaryOp; 14] = [
         UnaryOp::Negate,
         UnaryOp::Exponential,
         UnaryOp::Log,
@@ -25,6 +33,13 @@ impl UnaryOp {
         UnaryOp::Rsqrt,
         UnaryOp::Tanh,
         UnaryOp::Logistic,
+        UnaryOp::Abs,
+        UnaryOp::Sign,
+        UnaryOp::Floor,
+        UnaryOp::RoundNearestEven,
+        UnaryOp::Cosine,
+        UnaryOp::Sine,
+        UnaryOp::Erf,
     ];
 
     pub fn name(self) -> &'static str {
@@ -36,6 +51,13 @@ impl UnaryOp {
             UnaryOp::Rsqrt => "rsqrt",
             UnaryOp::Tanh => "tanh",
             UnaryOp::Logistic => "logistic",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Floor => "floor",
+            UnaryOp::RoundNearestEven => "round_nearest_even",
+            UnaryOp::Cosine => "cosine",
+            UnaryOp::Sine => "sine",
+            UnaryOp::Erf => "erf",
         }
     }
 }
@@ -48,16 +70,18 @@ pub enum BinaryOp {
     Divide,
     Maximum,
     Minimum,
+    Power,
 }
 
 impl BinaryOp {
-    pub const ALL: [BinaryOp; 6] = [
+    pub const ALL: [BinaryOp; 7] = [
         BinaryOp::Add,
         BinaryOp::Subtract,
         BinaryOp::Multiply,
         BinaryOp::Divide,
         BinaryOp::Maximum,
         BinaryOp::Minimum,
+        BinaryOp::Power,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,6 +92,7 @@ impl BinaryOp {
             BinaryOp::Divide => "divide",
             BinaryOp::Maximum => "maximum",
             BinaryOp::Minimum => "minimum",
+            BinaryOp::Power => "power",
         }
     }
 }
@@ -116,13 +141,18 @@ impl FromStr for ComparisonDirection {
     }
 }
 
-/// negate_c1, exponential_c1, ...: result type = operand type. All but
-/// `negate` are defined on floats only.
+/// negate_c1, exponential_c1, ...: result type = operand type. `negate` takes
+/// any integer too, `abs` and `sign` signed integers; the rest are defined
+/// on floats only.
 pub fn infer_unary(op: UnaryOp, operand: &TensorType) -> Result<TensorType, ShapeError> {
-    if op != UnaryOp::Negate {
-        require_float(op.name(), operand)?;
-    } else if operand.dtype == DType::I1 {
-        return Err(ShapeError::new("negate", "C1", format!("operand must be numeric, found {operand}")));
+    let d = operand.dtype;
+    let (ok, what) = match op {
+        UnaryOp::Negate => (d != DType::I1, "numeric"),
+        UnaryOp::Abs | UnaryOp::Sign => (d.is_float() || d.is_signed_integer(), "a float or signed integer tensor"),
+        _ => return require_float(op.name(), operand).map(|()| operand.clone()),
+    };
+    if !ok {
+        return Err(ShapeError::new(op.name(), "C1", format!("operand must be {what}, found {operand}")));
     }
     Ok(operand.clone())
 }
@@ -130,6 +160,15 @@ pub fn infer_unary(op: UnaryOp, operand: &TensorType) -> Result<TensorType, Shap
 /// add_c1 and friends: operands and result have the same type. kiln does
 /// not broadcast implicitly; use `broadcast_in_dim`.
 pub fn infer_binary(op: &'static str, lhs: &TensorType, rhs: &TensorType) -> Result<TensorType, ShapeError> {
+    same_type(op, lhs, rhs)?;
+    if lhs.dtype == DType::I1 {
+        return Err(ShapeError::new(op, "C1", format!("operands must be numeric, found {lhs}")));
+    }
+    Ok(lhs.clone())
+}
+
+/// The C1 of every binary element-wise op: `lhs` and `rhs` have one type.
+pub(crate) fn same_type(op: &'static str, lhs: &TensorType, rhs: &TensorType) -> Result<(), ShapeError> {
     if lhs.shape != rhs.shape {
         return Err(ShapeError::new(
             op,
@@ -137,11 +176,7 @@ pub fn infer_binary(op: &'static str, lhs: &TensorType, rhs: &TensorType) -> Res
             format!("operand shapes differ: lhs {lhs} vs rhs {rhs}; broadcast_in_dim one of them first"),
         ));
     }
-    same_dtype(op, "C1", lhs, rhs)?;
-    if lhs.dtype == DType::I1 {
-        return Err(ShapeError::new(op, "C1", format!("operands must be numeric, found {lhs}")));
-    }
-    Ok(lhs.clone())
+    same_dtype(op, "C1", lhs, rhs)
 }
 
 /// convert_c1: same shape, any element type.
@@ -217,6 +252,30 @@ mod tests {
     fn unary_math_needs_floats() {
         assert!(infer_unary(UnaryOp::Exponential, &t("tensor<4xi32>")).is_err());
         assert_eq!(infer_unary(UnaryOp::Negate, &t("tensor<4xi32>")).unwrap(), t("tensor<4xi32>"));
+        assert_eq!(infer_unary(UnaryOp::Negate, &t("tensor<4xui8>")).unwrap(), t("tensor<4xui8>"));
+        for op in [UnaryOp::Floor, UnaryOp::RoundNearestEven, UnaryOp::Cosine, UnaryOp::Sine, UnaryOp::Erf] {
+            assert_eq!(infer_unary(op, &t("tensor<2xbf16>")).unwrap(), t("tensor<2xbf16>"));
+            assert_eq!(infer_unary(op, &t("tensor<2xi32>")).unwrap_err().rule, "C1", "{op:?}");
+        }
+    }
+
+    #[test]
+    fn abs_and_sign_take_floats_and_signed_integers() {
+        for op in [UnaryOp::Abs, UnaryOp::Sign] {
+            assert_eq!(infer_unary(op, &t("tensor<3xi8>")).unwrap(), t("tensor<3xi8>"));
+            assert_eq!(infer_unary(op, &t("tensor<3xf16>")).unwrap(), t("tensor<3xf16>"));
+            let err = infer_unary(op, &t("tensor<3xui8>")).unwrap_err();
+            assert_eq!((err.rule, err.message.as_str()), ("C1", "operand must be a float or signed integer tensor, found tensor<3xui8>"));
+            assert!(infer_unary(op, &t("tensor<3xi1>")).is_err());
+        }
+    }
+
+    #[test]
+    fn power_takes_integers_and_floats() {
+        let i = t("tensor<2xui16>");
+        assert_eq!(infer_binary("power", &i, &i).unwrap(), i);
+        assert!(infer_binary("power", &t("tensor<2xi1>"), &t("tensor<2xi1>")).is_err());
+        assert!(infer_binary("power", &t("tensor<2xf32>"), &t("tensor<2xi32>")).is_err());
     }
 
     #[test]

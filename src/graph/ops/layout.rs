@@ -1,5 +1,5 @@
 //! Ops that move elements without computing: reshape, transpose,
-//! broadcast_in_dim, concatenate, slice.
+//! broadcast_in_dim, concatenate, slice, pad.
 
 use super::{check_dims, same_dtype};
 use crate::graph::{ShapeError, TensorType};
@@ -123,6 +123,45 @@ pub fn infer_slice(
     Ok(TensorType::new(shape, operand.dtype))
 }
 
+/// pad_c1..c4: `padding_value` is a scalar of the operand's element type;
+/// one low/high/interior amount per dim; result dim =
+/// `low + d + max(d - 1, 0) * interior + high`. kiln's padding is
+/// non-negative (StableHLO's negative edge padding crops: use `slice`).
+pub fn infer_pad(
+    operand: &TensorType,
+    padding_value: &TensorType,
+    edge_padding_low: &[usize],
+    edge_padding_high: &[usize],
+    interior_padding: &[usize],
+) -> Result<TensorType, ShapeError> {
+    if padding_value.rank() != 0 {
+        return Err(ShapeError::new("pad", "C1", format!("padding_value must be a scalar, found {padding_value}")));
+    }
+    same_dtype("pad", "C1", operand, padding_value)?;
+    let rank = operand.rank();
+    if edge_padding_low.len() != rank || edge_padding_high.len() != rank || interior_padding.len() != rank {
+        return Err(ShapeError::new(
+            "pad",
+            "C2",
+            format!(
+                "edge_padding_low, edge_padding_high and interior_padding need {rank} entries each for {operand}, got {}, {} and {}",
+                edge_padding_low.len(),
+                edge_padding_high.len(),
+                interior_padding.len()
+            ),
+        ));
+    }
+    let mut shape = Vec::with_capacity(rank);
+    for d in 0..rank {
+        let size = operand.shape[d];
+        let padded = size.saturating_sub(1).checked_mul(interior_padding[d]).and_then(|interior| {
+            [edge_padding_low[d], edge_padding_high[d], size].into_iter().try_fold(interior, usize::checked_add)
+        });
+        shape.push(padded.ok_or_else(|| ShapeError::new("pad", "C4", format!("dim {d} of the result overflows")))?);
+    }
+    Ok(TensorType::new(shape, operand.dtype))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +196,19 @@ mod tests {
         assert_eq!(infer_concatenate(&[&a, &b], 1).unwrap_err().rule, "C3");
         assert_eq!(infer_slice(&b, &[1, 0], &[4, 3], &[2, 1]).unwrap(), t("tensor<2x3xf32>"));
         assert_eq!(infer_slice(&b, &[0, 0], &[5, 3], &[1, 1]).unwrap_err().rule, "C3");
+    }
+
+    #[test]
+    fn pad_adds_edges_and_interior() {
+        // The spec's example: 2x3 with low [0, 1], high [2, 1], interior [1, 2] -> 5x9.
+        let (x, zero) = (t("tensor<2x3xi32>"), t("tensor<i32>"));
+        assert_eq!(infer_pad(&x, &zero, &[0, 1], &[2, 1], &[1, 2]).unwrap(), t("tensor<5x9xi32>"));
+        // Interior padding adds nothing to an empty or size-1 dim.
+        let e = t("tensor<0x1xf32>");
+        assert_eq!(infer_pad(&e, &t("tensor<f32>"), &[1, 0], &[0, 2], &[3, 3]).unwrap(), t("tensor<1x3xf32>"));
+        assert_eq!(infer_pad(&x, &t("tensor<f32>"), &[0, 0], &[0, 0], &[0, 0]).unwrap_err().rule, "C1");
+        assert_eq!(infer_pad(&x, &t("tensor<1xi32>"), &[0, 0], &[0, 0], &[0, 0]).unwrap_err().rule, "C1");
+        assert_eq!(infer_pad(&x, &zero, &[0], &[0, 0], &[0, 0]).unwrap_err().rule, "C2");
+        assert_eq!(infer_pad(&x, &zero, &[usize::MAX, 0], &[1, 0], &[0, 0]).unwrap_err().rule, "C4");
     }
 }

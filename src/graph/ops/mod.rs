@@ -5,8 +5,10 @@
 //! Matches over [`Op`] have no `_ =>` arm, so a new op does not compile
 //! until every stage handles it.
 
+pub mod bitwise;
 pub mod constant;
 pub mod dot_general;
+pub mod dynamic_slice;
 pub mod elementwise;
 pub mod gather;
 pub mod layout;
@@ -15,6 +17,7 @@ pub mod reduce;
 use super::{DType, ShapeError, TensorType};
 use std::fmt;
 
+pub use bitwise::BitwiseOp;
 pub use dot_general::DotDimensions;
 pub use elementwise::{BinaryOp, ComparisonDirection, UnaryOp};
 pub use reduce::ReduceKind;
@@ -32,6 +35,10 @@ pub enum Op {
     Binary(BinaryOp),
     /// Element type conversion to the declared type's dtype.
     Convert,
+    /// The operand's bits as the declared type (see `bitwise::infer_bitcast_convert`).
+    BitcastConvert,
+    Bitwise(BitwiseOp),
+    Not,
     /// `clamp(min, operand, max)`.
     Clamp,
     Compare(ComparisonDirection),
@@ -44,6 +51,12 @@ pub enum Op {
     BroadcastInDim { broadcast_dimensions: Vec<usize> },
     Concatenate { dimension: usize },
     Slice { start_indices: Vec<usize>, limit_indices: Vec<usize>, strides: Vec<usize> },
+    /// `dynamic_slice(operand, start_indices...)`: one scalar index per dim.
+    DynamicSlice { slice_sizes: Vec<usize> },
+    /// `dynamic_update_slice(operand, update, start_indices...)`.
+    DynamicUpdateSlice,
+    /// `pad(operand, padding_value)`.
+    Pad { edge_padding_low: Vec<usize>, edge_padding_high: Vec<usize>, interior_padding: Vec<usize> },
     DotGeneral(DotDimensions),
     /// Embedding row lookup: `operand[indices[...], :]`.
     Gather,
@@ -87,6 +100,9 @@ impl Op {
             Op::Unary(u) => u.name(),
             Op::Binary(b) => b.name(),
             Op::Convert => "convert",
+            Op::BitcastConvert => "bitcast_convert",
+            Op::Bitwise(b) => b.name(),
+            Op::Not => "not",
             Op::Clamp => "clamp",
             Op::Compare(_) => "compare",
             Op::Select => "select",
@@ -95,6 +111,9 @@ impl Op {
             Op::BroadcastInDim { .. } => "broadcast_in_dim",
             Op::Concatenate { .. } => "concatenate",
             Op::Slice { .. } => "slice",
+            Op::DynamicSlice { .. } => "dynamic_slice",
+            Op::DynamicUpdateSlice => "dynamic_update_slice",
+            Op::Pad { .. } => "pad",
             Op::DotGeneral(_) => "dot_general",
             Op::Gather => "gather",
             Op::Reduce { .. } => "reduce",
@@ -111,6 +130,7 @@ impl Op {
                 | Op::Constant { .. }
                 | Op::Iota { .. }
                 | Op::Convert
+                | Op::BitcastConvert
                 | Op::Reshape
                 | Op::BroadcastInDim { .. }
         )
@@ -119,21 +139,27 @@ impl Op {
     /// The shape rule: checks operands and returns the result type.
     pub fn infer(&self, operands: &[&TensorType], declared: Option<&TensorType>) -> Result<TensorType, ShapeError> {
         let op = self.name();
-        let arity = match self {
-            Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } => 0,
+        // The operand count, or the least that a variadic op takes.
+        let (arity, variadic) = match self {
+            Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } => (0, false),
             Op::Unary(_)
             | Op::Convert
+            | Op::BitcastConvert
+            | Op::Not
             | Op::Reshape
             | Op::Transpose { .. }
             | Op::BroadcastInDim { .. }
             | Op::Slice { .. }
-            | Op::Reduce { .. } => 1,
-            Op::Binary(_) | Op::Compare(_) | Op::DotGeneral(_) | Op::Gather => 2,
-            Op::Clamp | Op::Select => 3,
-            Op::Concatenate { .. } => usize::MAX,
+            | Op::Reduce { .. } => (1, false),
+            Op::Binary(_) | Op::Bitwise(_) | Op::Compare(_) | Op::Pad { .. } | Op::DotGeneral(_) | Op::Gather => (2, false),
+            Op::Clamp | Op::Select => (3, false),
+            Op::Concatenate { .. } => (0, true),
+            Op::DynamicSlice { .. } => (1, true),
+            Op::DynamicUpdateSlice => (2, true),
         };
-        if arity != usize::MAX && operands.len() != arity {
-            return Err(ShapeError::new(op, "kiln", format!("expects {arity} operands, got {}", operands.len())));
+        if operands.len() < arity || (!variadic && operands.len() != arity) {
+            let least = if variadic { "at least " } else { "" };
+            return Err(ShapeError::new(op, "kiln", format!("expects {least}{arity} operands, got {}", operands.len())));
         }
         let declared = match (self.takes_declared_type(), declared) {
             (true, Some(d)) => Some(d),
@@ -153,6 +179,9 @@ impl Op {
             Op::Unary(u) => elementwise::infer_unary(*u, operands[0]),
             Op::Binary(b) => elementwise::infer_binary(b.name(), operands[0], operands[1]),
             Op::Convert => elementwise::infer_convert(operands[0], declared.expect("declared-type op")),
+            Op::BitcastConvert => bitwise::infer_bitcast_convert(operands[0], declared.expect("declared-type op")),
+            Op::Bitwise(b) => bitwise::infer_bitwise(*b, operands[0], operands[1]),
+            Op::Not => bitwise::infer_not(operands[0]),
             Op::Clamp => elementwise::infer_clamp(operands[0], operands[1], operands[2]),
             Op::Compare(_) => elementwise::infer_compare(operands[0], operands[1]),
             Op::Select => elementwise::infer_select(operands[0], operands[1], operands[2]),
@@ -164,6 +193,15 @@ impl Op {
             Op::Concatenate { dimension } => layout::infer_concatenate(operands, *dimension),
             Op::Slice { start_indices, limit_indices, strides } => {
                 layout::infer_slice(operands[0], start_indices, limit_indices, strides)
+            }
+            Op::DynamicSlice { slice_sizes } => {
+                dynamic_slice::infer_dynamic_slice(operands[0], &operands[1..], slice_sizes)
+            }
+            Op::DynamicUpdateSlice => {
+                dynamic_slice::infer_dynamic_update_slice(operands[0], operands[1], &operands[2..])
+            }
+            Op::Pad { edge_padding_low, edge_padding_high, interior_padding } => {
+                layout::infer_pad(operands[0], operands[1], edge_padding_low, edge_padding_high, interior_padding)
             }
             Op::DotGeneral(dims) => dot_general::infer_dot_general(operands[0], operands[1], dims),
             Op::Gather => gather::infer_gather(operands[0], operands[1]),
@@ -179,9 +217,13 @@ impl Op {
             | Op::Unary(_)
             | Op::Binary(_)
             | Op::Convert
+            | Op::BitcastConvert
+            | Op::Bitwise(_)
+            | Op::Not
             | Op::Clamp
             | Op::Select
             | Op::Reshape
+            | Op::DynamicUpdateSlice
             | Op::Gather => vec![],
             Op::Param { name } => vec![("name", AttrValue::Str(name.clone()))],
             Op::Constant { value } => vec![("value", AttrValue::Float(*value))],
@@ -196,6 +238,12 @@ impl Op {
                 ("start_indices", AttrValue::Ints(start_indices.clone())),
                 ("limit_indices", AttrValue::Ints(limit_indices.clone())),
                 ("strides", AttrValue::Ints(strides.clone())),
+            ],
+            Op::DynamicSlice { slice_sizes } => vec![("slice_sizes", AttrValue::Ints(slice_sizes.clone()))],
+            Op::Pad { edge_padding_low, edge_padding_high, interior_padding } => vec![
+                ("edge_padding_low", AttrValue::Ints(edge_padding_low.clone())),
+                ("edge_padding_high", AttrValue::Ints(edge_padding_high.clone())),
+                ("interior_padding", AttrValue::Ints(interior_padding.clone())),
             ],
             Op::DotGeneral(d) => vec![
                 ("lhs_batching_dimensions", AttrValue::Ints(d.lhs_batching_dimensions.clone())),
@@ -218,6 +266,8 @@ impl Op {
             "constant" => Op::Constant { value: attrs.float("value")? },
             "iota" => Op::Iota { iota_dimension: attrs.int("iota_dimension")? },
             "convert" => Op::Convert,
+            "bitcast_convert" => Op::BitcastConvert,
+            "not" => Op::Not,
             "clamp" => Op::Clamp,
             "compare" => Op::Compare(attrs.ident("comparison_direction")?.parse()?),
             "select" => Op::Select,
@@ -229,6 +279,13 @@ impl Op {
                 start_indices: attrs.ints("start_indices")?,
                 limit_indices: attrs.ints("limit_indices")?,
                 strides: attrs.ints("strides")?,
+            },
+            "dynamic_slice" => Op::DynamicSlice { slice_sizes: attrs.ints("slice_sizes")? },
+            "dynamic_update_slice" => Op::DynamicUpdateSlice,
+            "pad" => Op::Pad {
+                edge_padding_low: attrs.ints("edge_padding_low")?,
+                edge_padding_high: attrs.ints("edge_padding_high")?,
+                interior_padding: attrs.ints("interior_padding")?,
             },
             "dot_general" => Op::DotGeneral(DotDimensions {
                 lhs_batching_dimensions: attrs.ints("lhs_batching_dimensions")?,
@@ -243,6 +300,8 @@ impl Op {
                     Op::Unary(*u)
                 } else if let Some(b) = BinaryOp::ALL.iter().find(|b| b.name() == other) {
                     Op::Binary(*b)
+                } else if let Some(b) = BitwiseOp::ALL.iter().find(|b| b.name() == other) {
+                    Op::Bitwise(*b)
                 } else {
                     return Err(format!("unknown op '{other}'"));
                 }
