@@ -11,6 +11,7 @@ APT_PACKAGES=(
 )
 PIP_PACKAGES=(
   iree-base-compiler==3.13.0 iree-base-runtime==3.13.0 numpy gguf safetensors
+  transformers==5.24.0
 )
 
 missing=()

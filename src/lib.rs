@@ -16,6 +16,7 @@ pub mod params;
 pub mod iree;
 pub mod check;
 pub mod inspect;
+pub mod tokenizer;
 
 use std::io::Write;
 use std::path::Path;

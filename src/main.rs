@@ -36,6 +36,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the graph of a built-in example (`kiln example --list`): one
+    /// per composite NN op, for lit tests and for reading.
+    Example {
+        name: Option<String>,
+        #[arg(long)]
+        list: bool,
+    },
     /// Compile a graph with IREE and compare its outputs with kiln's reference
     /// interpreter on seeded inputs and params. Exits 1 on a mismatch.
     Check {
@@ -93,6 +100,20 @@ fn run(cli: Cli) -> Result<()> {
                 emit(&(serde_json::to_string_pretty(&report)? + "\n"))?;
             } else {
                 emit(&report.to_string())?;
+            }
+        }
+        Command::Example { name, list } => {
+            let examples = kiln::trace::nn::examples();
+            let names: Vec<&str> = examples.iter().map(|(n, _)| *n).collect();
+            match name {
+                Some(name) if !list => {
+                    let (_, graph) = examples
+                        .iter()
+                        .find(|(n, _)| *n == name)
+                        .with_context(|| format!("no example named {name}; try one of: {}", names.join(", ")))?;
+                    emit(&text::print(graph))?;
+                }
+                _ => emit(&(names.join("\n") + "\n"))?,
             }
         }
         Command::Check { graph, seed, rtol, atol, show, keep } => {
