@@ -24,3 +24,7 @@ for f in "$smollm2" "$gemma3"; do
   rss=$(printf '%s\n' "${runs[@]}" | awk '{print $2}' | sort -n | sed -n 3p)
   printf '%-40s %10s %12.1f %14.1f\n' "$(basename "$f")" "$wall" "$(echo "$rss/1024" | bc -l)" "$(echo "$(stat -c %s "$f")/1048576" | bc -l)"
 done
+
+echo
+echo "== IRPA: streaming a 4 GiB + 3 byte entry (wall time, peak RSS of the test process) =="
+/usr/bin/time -f 'wall %e s, peak RSS %M KB' cargo test -q --release --lib params::irpa::tests::archive_beyond_4_gib -- --ignored 2>&1 | grep -E "test result|wall"
