@@ -6,7 +6,7 @@
 //! reader for the interpreter, and passed to `iree-run-module` as
 //! `--parameters=model=FILE`, so both sides see the same bytes.
 
-use crate::graph::{DType, Graph, Op, TensorType, ValueId};
+use crate::graph::{Graph, Op, TensorType, ValueId};
 use crate::interp::{self, InterpError, Value};
 use crate::iree::{Iree, IreeError};
 use crate::lower::{self, LowerError, LowerOptions};
@@ -32,8 +32,6 @@ pub enum CheckError {
     Weights(#[from] WeightsError),
     #[error("{context}: {error}")]
     Io { context: String, error: std::io::Error },
-    #[error("param \"{name}\" has element type {dtype}, which safetensors cannot hold")]
-    ParamDType { name: String, dtype: DType },
 }
 
 #[derive(Clone, Debug)]
@@ -112,23 +110,6 @@ fn index_bound(graph: &Graph, v: ValueId) -> Option<i64> {
         .min()
 }
 
-fn st_dtype(name: &str, dtype: DType) -> Result<StDType, CheckError> {
-    Ok(match dtype {
-        DType::F32 => StDType::F32,
-        DType::F16 => StDType::F16,
-        DType::BF16 => StDType::BF16,
-        DType::I1 => StDType::BOOL,
-        DType::I8 => StDType::I8,
-        DType::I16 => StDType::I16,
-        DType::I32 => StDType::I32,
-        DType::I64 => StDType::I64,
-        DType::UI8 => StDType::U8,
-        DType::UI16 => StDType::U16,
-        DType::UI32 => StDType::U32,
-    })
-    .and_then(|d| if d.to_graph_dtype() == Some(dtype) { Ok(d) } else { Err(CheckError::ParamDType { name: name.into(), dtype }) })
-}
-
 /// Writes seeded params for `graph` to a safetensors file.
 pub fn write_random_params(graph: &Graph, path: &Path, seed: u64) -> Result<(), CheckError> {
     let values: Vec<(String, Value)> = graph
@@ -139,7 +120,7 @@ pub fn write_random_params(graph: &Graph, path: &Path, seed: u64) -> Result<(), 
     let bytes: Vec<Vec<u8>> = values.iter().map(|(_, v)| v.to_le_bytes()).collect();
     let mut tensors = Vec::with_capacity(values.len());
     for ((name, v), b) in values.iter().zip(&bytes) {
-        tensors.push((name.as_str(), st_dtype(name, v.ty.dtype)?, v.ty.shape.as_slice(), b.as_slice()));
+        tensors.push((name.as_str(), StDType::from(v.ty.dtype), v.ty.shape.as_slice(), b.as_slice()));
     }
     safetensors::write(path, &tensors, &BTreeMap::new())?;
     Ok(())
@@ -202,7 +183,7 @@ fn compare(index: usize, reference: Value, iree: Value, options: &CheckOptions) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::text;
+    use crate::graph::{text, DType};
 
     #[test]
     fn interpreter_and_iree_agree_on_a_small_mlp() {

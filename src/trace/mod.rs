@@ -20,6 +20,7 @@ use crate::graph::{ComparisonDirection, DType, DotDimensions, Graph, GraphError,
 use std::cell::RefCell;
 use thiserror::Error;
 
+pub mod dequant;
 pub mod nn;
 
 #[derive(Debug, Error)]

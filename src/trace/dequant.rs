@@ -1,0 +1,523 @@
+//! ggml block dequantization as graph ops, for the **Keep** packed-weight
+//! policy: a param stays the checkpoint's raw block bytes (a
+//! `tensor<NBYTESxi8>` global that can point straight into the GGUF file)
+//! and the graph turns it into f32.
+//!
+//! Each type mirrors its CPU dequantizer in [`crate::weights::quant`]
+//! (which is bit-exact with gguf-py) operation by operation: the bytes are
+//! reshaped to `[n_blocks, type_size]`, the fields are sliced off in struct
+//! order under ggml's names (`d`, `dmin`, `scales`, `qs`, `qh`), f16 fields
+//! are bitcast from `[n, 2]` bytes and converted to f32 (exact), and the
+//! quants are unpacked with `and`/shifts on `ui8`.
+//!
+//! Rounding: every product here is exact in f32 (an f16 has 11 significant
+//! bits; times a scale of at most 7 bits and a quant of at most 6, never
+//! more than 24), so the only rounding step is the final `+ m` / `- ml` of
+//! Q4_1, Q5_1, Q2_K, Q4_K and Q5_K. A compiler that contracts `a * b - c`
+//! into an FMA or reassociates the products therefore gets the same bits.
+
+use super::{Tensor, TraceError};
+use crate::graph::{DType, TensorType};
+use crate::weights::ggml::{GgmlType, QK_K};
+
+type Result<T> = std::result::Result<T, TraceError>;
+
+const OP: &str = "dequantize";
+
+fn fail<T>(message: impl Into<String>) -> Result<T> {
+    Err(TraceError::Op { op: OP, message: message.into() })
+}
+
+/// Whether [`dequantize`] handles `ty`.
+pub fn supported(ty: GgmlType) -> bool {
+    use GgmlType as T;
+    matches!(ty, T::Q8_0 | T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q2_K | T::Q3_K | T::Q4_K | T::Q5_K | T::Q6_K)
+}
+
+/// The f32 values of `raw`, the ggml `ty` blocks of a tensor of `shape`
+/// (row-major, as [`crate::weights::gguf::GgufTensor::shape`] gives it).
+/// `raw` is 1-D `i8` or `ui8` holding exactly `ty.byte_len(prod(shape))`
+/// bytes. Bit-exact with [`crate::weights::quant::dequantize`].
+pub fn dequantize<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result<Tensor<'t>> {
+    if !supported(ty) {
+        return fail(format!(
+            "ggml type {ty} is not supported in graphs (supported: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K)"
+        ));
+    }
+    if raw.ty.rank() != 1 || !matches!(raw.ty.dtype, DType::I8 | DType::UI8) {
+        return fail(format!("{ty}: expects raw block bytes as a 1-D i8 or ui8 tensor, found {}", raw.ty));
+    }
+    let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+    let Some(n) = n else {
+        return fail(format!("{ty}: the element count of shape {shape:?} overflows"));
+    };
+    let Some(len) = ty.byte_len(n) else {
+        return fail(format!(
+            "{ty}: shape {shape:?} ({n} elements) is not a whole number of {}-value blocks",
+            ty.block_size()
+        ));
+    };
+    if raw.ty.shape[0] as u64 != len {
+        return fail(format!("{ty}: shape {shape:?} needs {len} bytes, found {}", raw.ty));
+    }
+    let blocks = Blocks::new(raw, ty)?;
+    use GgmlType as T;
+    let y = match ty {
+        T::Q8_0 => q8_0(&blocks)?,
+        T::Q4_0 => q4_0(&blocks)?,
+        T::Q4_1 => q4_1(&blocks)?,
+        T::Q5_0 => q5_0(&blocks)?,
+        T::Q5_1 => q5_1(&blocks)?,
+        T::Q2_K => q2_k(&blocks)?,
+        T::Q3_K => q3_k(&blocks)?,
+        T::Q4_K => q4_k(&blocks)?,
+        T::Q5_K => q5_k(&blocks)?,
+        T::Q6_K => q6_k(&blocks)?,
+        _ => unreachable!("supported() admits only the types above"),
+    };
+    y.reshape(shape)
+}
+
+/// A tensor's blocks as `[n, type_size]` bytes (`i8` and `ui8` views), with
+/// a cursor that slices fields off in struct order like the CPU's `Fields`.
+struct Blocks<'t> {
+    signed: Tensor<'t>,
+    unsigned: Tensor<'t>,
+    n: usize,
+    offset: std::cell::Cell<usize>,
+}
+
+impl<'t> Blocks<'t> {
+    fn new(raw: &Tensor<'t>, ty: GgmlType) -> Result<Self> {
+        let n = raw.ty.shape[0] / ty.type_size();
+        let rows = raw.reshape(&[n, ty.type_size()])?;
+        let (signed, unsigned) = match rows.ty.dtype {
+            DType::I8 => (rows.clone(), rows.bitcast_convert(DType::UI8)?),
+            _ => (rows.bitcast_convert(DType::I8)?, rows),
+        };
+        Ok(Blocks { signed, unsigned, n, offset: 0.into() })
+    }
+
+    /// The next `len` bytes of every block, `[n, len]`, from `view`.
+    fn take_from(&self, view: &Tensor<'t>, len: usize) -> Result<Tensor<'t>> {
+        let start = self.offset.get();
+        self.offset.set(start + len);
+        view.slice(&[0, start], &[self.n, start + len], &[1, 1])
+    }
+
+    /// The next `len` bytes as `ui8`, `[n, len]`.
+    fn take(&self, len: usize) -> Result<Tensor<'t>> {
+        self.take_from(&self.unsigned, len)
+    }
+
+    /// The next `len` bytes as `i8` (ggml's `int8_t` fields), `[n, len]`.
+    fn take_i8(&self, len: usize) -> Result<Tensor<'t>> {
+        self.take_from(&self.signed, len)
+    }
+
+    /// A `ggml_half` field as f32, `[n]`; exact. The two bytes are joined
+    /// into a `ui16` with element-wise ops and bitcast at the same width:
+    /// IREE makes a `[n, 2] i8 -> [n] f16` bitcast a dispatch of its own,
+    /// while this fuses into the consumer.
+    fn f16(&self) -> Result<Tensor<'t>> {
+        let bytes = self.take(2)?;
+        let byte = |k: usize| bytes.slice(&[0, k], &[self.n, k + 1], &[1, 1])?.reshape(&[self.n])?.convert(DType::UI16);
+        let bits = byte(0)?.or(&shl(&byte(1)?, 8)?)?;
+        bits.bitcast_convert(DType::F16)?.convert(DType::F32)
+    }
+}
+
+/// A splat of `like`'s type.
+fn splat<'t>(like: &Tensor<'t>, value: f64) -> Result<Tensor<'t>> {
+    like.tracer.constant(value, like.ty.clone())
+}
+
+fn and<'t>(x: &Tensor<'t>, mask: u8) -> Result<Tensor<'t>> {
+    x.and(&splat(x, mask.into())?)
+}
+
+fn shr<'t>(x: &Tensor<'t>, bits: u8) -> Result<Tensor<'t>> {
+    if bits == 0 {
+        return Ok(x.clone());
+    }
+    x.shift_right_logical(&splat(x, bits.into())?)
+}
+
+fn shl<'t>(x: &Tensor<'t>, bits: u8) -> Result<Tensor<'t>> {
+    x.shift_left(&splat(x, bits.into())?)
+}
+
+fn f32<'t>(x: &Tensor<'t>) -> Result<Tensor<'t>> {
+    x.convert(DType::F32)
+}
+
+/// `x - c` for an f32 `x`; exact for the small integers it is used on.
+fn minus<'t>(x: &Tensor<'t>, c: f64) -> Result<Tensor<'t>> {
+    x.subtract(&splat(x, c)?)
+}
+
+/// Broadcasts `[n, ...]` (a per-block or per-sub-block scale) to `like`'s
+/// shape over its leading dims.
+fn per<'t>(scale: &Tensor<'t>, like: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let dims: Vec<usize> = (0..scale.ty.rank()).collect();
+    scale.broadcast_in_dim(&like.ty.shape, &dims)
+}
+
+/// Unpacks `count` bit fields per element: `x` `[..., L]` gains a dim of
+/// `count` at `dim` (before the dims from `dim` on), whose index `k` holds
+/// `(x >> step * k) & mask`. Broadcast, iota and element-wise ops only, so
+/// IREE fuses the whole unpacking into its consumer.
+fn unpack<'t>(x: &Tensor<'t>, dim: usize, count: usize, step: u8, mask: u8) -> Result<Tensor<'t>> {
+    let mut shape = x.ty.shape.clone();
+    shape.insert(dim, count);
+    let kept: Vec<usize> = (0..shape.len()).filter(|&d| d != dim).collect();
+    let wide = x.broadcast_in_dim(&shape, &kept)?;
+    let k = x.tracer.iota(dim, TensorType::new(shape, x.ty.dtype))?;
+    let shift = if step == 1 { k } else { k.multiply(&splat(&k, step.into())?)? };
+    and(&wide.shift_right_logical(&shift)?, mask)
+}
+
+/// `x` `[a, b, ...]` with its dims `dim` and `dim + 1` merged.
+fn merge<'t>(x: &Tensor<'t>, dim: usize) -> Result<Tensor<'t>> {
+    let mut shape = x.ty.shape.clone();
+    let inner = shape.remove(dim + 1);
+    shape[dim] *= inner;
+    x.reshape(&shape)
+}
+
+/// The legacy nibble layout: `[n, 16]` bytes to `[n, 32]` values, value `j`
+/// the low nibble of `qs[j]` and value `j + 16` its high nibble. Also
+/// Q3_K's scale nibbles (`[n, 8]` to `[n, 16]`).
+fn nibbles<'t>(qs: &Tensor<'t>) -> Result<Tensor<'t>> {
+    merge(&unpack(qs, 1, 2, 4, 0x0F)?, 1)
+}
+
+/// Bit `i` of the little-endian `u32` `qh` (`[n, 4]` bytes), moved to bit
+/// 4, for `i` in `0..32`: `[n, 32]`.
+fn fifth_bits_32<'t>(qh: &Tensor<'t>) -> Result<Tensor<'t>> {
+    shl(&merge(&unpack(qh, 2, 8, 1, 1)?, 1)?, 4)
+}
+
+/// The 2-bit layout of Q2_K and Q3_K: `[n, 64]` bytes to `[n, 256]`
+/// values, value `128h + 32s + l` being bits `2s..2s + 2` of `qs[32h + l]`.
+fn crumbs_256<'t>(qs: &Tensor<'t>, n: usize) -> Result<Tensor<'t>> {
+    unpack(&qs.reshape(&[n, 2, 32])?, 2, 4, 2, 3)?.reshape(&[n, QK_K])
+}
+
+/// Bit `j` of `bytes[l]`, for `j` in `0..8`: `[n, len]` to `[n, 8, len]`.
+fn bit_planes<'t>(bytes: &Tensor<'t>) -> Result<Tensor<'t>> {
+    unpack(bytes, 1, 8, 1, 1)
+}
+
+/// `block_q8_0 { d; qs[32] (int8) }`: `qs * d`.
+fn q8_0<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let d = b.f16()?;
+    let qs = b.take_i8(32)?;
+    let q = f32(&qs)?;
+    q.multiply(&per(&d, &q)?)
+}
+
+/// `block_q4_0 { d; qs[16] }`: `d * (q - 8)`.
+fn q4_0<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let d = b.f16()?;
+    let qs = b.take(16)?;
+    let q = minus(&f32(&nibbles(&qs)?)?, 8.0)?;
+    per(&d, &q)?.multiply(&q)
+}
+
+/// `block_q4_1 { d; m; qs[16] }`: `d * q + m`.
+fn q4_1<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let d = b.f16()?;
+    let m = b.f16()?;
+    let qs = b.take(16)?;
+    let q = f32(&nibbles(&qs)?)?;
+    per(&d, &q)?.multiply(&q)?.add(&per(&m, &q)?)
+}
+
+/// `block_q5_0 { d; qh[4]; qs[16] }`: `d * (q - 16)`, bit `i` of `qh` as
+/// bit 4 of value `i`.
+fn q5_0<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let d = b.f16()?;
+    let qh = b.take(4)?;
+    let qs = b.take(16)?;
+    let q = nibbles(&qs)?.or(&fifth_bits_32(&qh)?)?;
+    let q = minus(&f32(&q)?, 16.0)?;
+    per(&d, &q)?.multiply(&q)
+}
+
+/// `block_q5_1 { d; m; qh[4]; qs[16] }`: `d * q + m`.
+fn q5_1<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let d = b.f16()?;
+    let m = b.f16()?;
+    let qh = b.take(4)?;
+    let qs = b.take(16)?;
+    let q = f32(&nibbles(&qs)?.or(&fifth_bits_32(&qh)?)?)?;
+    per(&d, &q)?.multiply(&q)?.add(&per(&m, &q)?)
+}
+
+/// `dl * q - ml` over sub-blocks: `dl`, `ml` `[n, S]`, `q` f32 `[n, S, L]`.
+fn scaled_minus_min<'t>(dl: &Tensor<'t>, q: &Tensor<'t>, ml: &Tensor<'t>) -> Result<Tensor<'t>> {
+    per(dl, q)?.multiply(q)?.subtract(&per(ml, q)?)
+}
+
+/// `block_q2_K { scales[16]; qs[64]; d; dmin }`: `d * sc * q - dmin * m`
+/// per 16-value sub-block, `sc`/`m` the low/high nibbles of `scales`.
+fn q2_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let n = b.n;
+    let scales = b.take(QK_K / 16)?;
+    let qs = b.take(QK_K / 4)?;
+    let d = b.f16()?;
+    let dmin = b.f16()?;
+    let sc = f32(&and(&scales, 0x0F)?)?;
+    let dl = per(&d, &sc)?.multiply(&sc)?;
+    let m = f32(&shr(&scales, 4)?)?;
+    let ml = per(&dmin, &m)?.multiply(&m)?;
+    let q = f32(&crumbs_256(&qs, n)?.reshape(&[n, 16, 16])?)?;
+    scaled_minus_min(&dl, &q, &ml)
+}
+
+/// `block_q3_K { hmask[32]; qs[64]; scales[12]; d }`: `d * (sc - 32) * q`
+/// per 16-value sub-block; `q` takes its low two bits as Q2_K does and
+/// loses 4 when bit `i / 32` of `hmask[i % 32]` is clear.
+fn q3_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let n = b.n;
+    let hmask = b.take(QK_K / 8)?;
+    let qs = b.take(QK_K / 4)?;
+    let scales = b.take(12)?;
+    let d = b.f16()?;
+    // Scale j: low nibble of byte j % 8 (high nibble for j >= 8), top two
+    // bits from byte 8 + j % 4 at bit 2 * (j / 4).
+    let lo = nibbles(&scales.slice(&[0, 0], &[n, 8], &[1, 1])?)?;
+    let hi = merge(&unpack(&scales.slice(&[0, 8], &[n, 12], &[1, 1])?, 1, 4, 2, 3)?, 1)?;
+    let sc = minus(&f32(&lo.or(&shl(&hi, 4)?)?)?, 32.0)?;
+    let dl = per(&d, &sc)?.multiply(&sc)?;
+    // Value 128h + 32s + l: low bits from qs, bit 4h + s of hmask[l] as bit 2.
+    let low = crumbs_256(&qs, n)?;
+    let high = shl(&bit_planes(&hmask)?.reshape(&[n, QK_K])?, 2)?;
+    let q = minus(&f32(&low.or(&high)?.reshape(&[n, 16, 16])?)?, 4.0)?;
+    per(&dl, &q)?.multiply(&q)
+}
+
+/// `get_scale_min_k4`: Q4_K/Q5_K's 12 bytes to eight 6-bit scales and
+/// mins, as f32 `[n, 8]` each. For `j < 4` they are the low six bits of
+/// bytes `j` and `j + 4`; for `j >= 4` the nibbles of byte `j + 4` under
+/// the top two bits of bytes `j - 4` and `j`.
+fn scale_min_k4<'t>(scales: &Tensor<'t>, n: usize) -> Result<(Tensor<'t>, Tensor<'t>)> {
+    let part = |k: usize| -> Result<Tensor<'t>> {
+        let bytes = scales.slice(&[0, 4 * k], &[n, 4 * k + 4], &[1, 1])?;
+        bytes.broadcast_in_dim(&[n, 2, 4], &[0, 2])
+    };
+    let (s0, s1, s2) = (part(0)?, part(1)?, part(2)?);
+    let first = scales.tracer.iota(1, TensorType::new([n, 2, 4], DType::UI8))?;
+    let first = first.compare(crate::graph::ComparisonDirection::Eq, &splat(&first, 0.0)?)?;
+    let top = |s: &Tensor<'t>| shl(&shr(s, 6)?, 4);
+    let sc = first.select(&and(&s0, 0x3F)?, &and(&s2, 0x0F)?.or(&top(&s0)?)?)?;
+    let m = first.select(&and(&s1, 0x3F)?, &shr(&s2, 4)?.or(&top(&s1)?)?)?;
+    Ok((f32(&merge(&sc, 1)?)?, f32(&merge(&m, 1)?)?))
+}
+
+/// Q4_K/Q5_K's low nibbles: `[n, 128]` bytes to `[n, 8, 32]`, sub-blocks
+/// `2c` and `2c + 1` the low and high nibbles of `qs[32c..32c + 32]`.
+fn nibbles_k<'t>(qs: &Tensor<'t>, n: usize) -> Result<Tensor<'t>> {
+    unpack(&qs.reshape(&[n, 4, 32])?, 2, 2, 4, 0x0F)?.reshape(&[n, 8, 32])
+}
+
+/// `block_q4_K { d; dmin; scales[12]; qs[128] }`: `d * sc * q - dmin * m`
+/// per 32-value sub-block.
+fn q4_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let n = b.n;
+    let d = b.f16()?;
+    let dmin = b.f16()?;
+    let (sc, m) = scale_min_k4(&b.take(12)?, n)?;
+    let qs = b.take(QK_K / 2)?;
+    let dl = per(&d, &sc)?.multiply(&sc)?;
+    let ml = per(&dmin, &m)?.multiply(&m)?;
+    let q = f32(&nibbles_k(&qs, n)?)?;
+    scaled_minus_min(&dl, &q, &ml)
+}
+
+/// `block_q5_K { d; dmin; scales[12]; qh[32]; qs[128] }`: Q4_K with bit
+/// `j` of `qh[l]` as bit 4 of value `l` of sub-block `j`.
+fn q5_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let n = b.n;
+    let d = b.f16()?;
+    let dmin = b.f16()?;
+    let (sc, m) = scale_min_k4(&b.take(12)?, n)?;
+    let qh = b.take(QK_K / 8)?;
+    let qs = b.take(QK_K / 2)?;
+    let dl = per(&d, &sc)?.multiply(&sc)?;
+    let ml = per(&dmin, &m)?.multiply(&m)?;
+    let q = nibbles_k(&qs, n)?.or(&shl(&bit_planes(&qh)?, 4)?)?;
+    scaled_minus_min(&dl, &f32(&q)?, &ml)
+}
+
+/// `block_q6_K { ql[128]; qh[64]; scales[16] (int8); d }`: `d * sc * (q -
+/// 32)` per 16-value sub-block. Value `128h + r` takes its low nibble from
+/// `ql[64h + r % 64]` (high nibble when `r >= 64`) and its top two bits
+/// from bits `2(r / 32)..` of `qh[32h + r % 32]`.
+fn q6_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let n = b.n;
+    let ql = b.take(QK_K / 2)?;
+    let qh = b.take(QK_K / 4)?;
+    let scales = b.take_i8(QK_K / 16)?;
+    let d = b.f16()?;
+    let low = unpack(&ql.reshape(&[n, 2, 64])?, 2, 2, 4, 0x0F)?.reshape(&[n, QK_K])?;
+    let high = unpack(&qh.reshape(&[n, 2, 32])?, 2, 4, 2, 3)?.reshape(&[n, QK_K])?;
+    let q = low.or(&shl(&high, 4)?)?.reshape(&[n, 16, 16])?;
+    let q = minus(&f32(&q)?, 32.0)?;
+    let sc = f32(&scales)?;
+    let dl = per(&d, &sc)?.multiply(&sc)?;
+    per(&dl, &q)?.multiply(&q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp::{self, Buffer, Value};
+    use crate::iree::Iree;
+    use crate::lower::{self, LowerOptions};
+    use crate::npy;
+    use crate::trace::Tracer;
+    use crate::weights::quant;
+    use crate::weights::safetensors::{self, SafeTensors, StDType};
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    const BLOCKS: usize = 8;
+
+    /// Every type [`supported`] admits, in the order the test graph holds them.
+    const TYPES: [GgmlType; 10] = {
+        use GgmlType as T;
+        [T::Q8_0, T::Q4_0, T::Q4_1, T::Q5_0, T::Q4_K, T::Q6_K, T::Q5_1, T::Q2_K, T::Q3_K, T::Q5_K]
+    };
+
+    /// Byte offsets of the f16 fields in each block, as gguf_reference.py has them.
+    fn f16_fields(ty: GgmlType) -> &'static [usize] {
+        use GgmlType as T;
+        match ty {
+            T::Q4_0 | T::Q5_0 | T::Q8_0 => &[0],
+            T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => &[0, 2],
+            T::Q2_K => &[80, 82],
+            T::Q3_K => &[108],
+            T::Q6_K => &[208],
+            _ => unreachable!("{ty}"),
+        }
+    }
+
+    fn splitmix64(state: &mut u64) -> u64 {
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Random blocks whose f16 fields are finite, subnormals included
+    /// (exponent field 0..=20, random sign and mantissa), as in
+    /// `test/quant/gguf_reference.py`.
+    fn random_blocks(ty: GgmlType, seed: u64) -> Vec<u8> {
+        let mut state = seed ^ u64::from(ty.id()).wrapping_mul(0x1000_0000_01b3);
+        let mut bytes: Vec<u8> = (0..BLOCKS * ty.type_size()).map(|_| splitmix64(&mut state) as u8).collect();
+        for block in bytes.chunks_exact_mut(ty.type_size()) {
+            for &off in f16_fields(ty) {
+                let r = splitmix64(&mut state);
+                let (sign, exp, man) = ((r & 1) as u16, ((r >> 1) % 21) as u16, ((r >> 8) & 0x3FF) as u16);
+                block[off..off + 2].copy_from_slice(&((sign << 15) | (exp << 10) | man).to_le_bytes());
+            }
+        }
+        bytes
+    }
+
+    fn shape_of(ty: GgmlType) -> [usize; 2] {
+        [2, BLOCKS / 2 * ty.block_size()]
+    }
+
+    /// The first index where `got`'s bits differ from `want`'s.
+    fn first_mismatch(got: &Value, want: &[f32]) -> Option<String> {
+        let Buffer::F32(got) = &got.data else { return Some(format!("not f32: {}", got.ty)) };
+        if got.len() != want.len() {
+            return Some(format!("{} values, expected {}", got.len(), want.len()));
+        }
+        let i = got.iter().zip(want).position(|(g, w)| g.to_bits() != w.to_bits())?;
+        Some(format!(
+            "index {i}: got {:e} ({:#010x}), expected {:e} ({:#010x})",
+            got[i],
+            got[i].to_bits(),
+            want[i],
+            want[i].to_bits()
+        ))
+    }
+
+    #[test]
+    fn iree_and_interpreter_match_the_cpu_dequantizers_bit_for_bit() {
+        assert!(TYPES.iter().all(|&t| supported(t)));
+        assert_eq!(GgmlType::ALL.iter().filter(|&&t| supported(t)).count(), TYPES.len());
+        let raw: Vec<Vec<u8>> = TYPES.iter().map(|&ty| random_blocks(ty, 0x5eed)).collect();
+        let names: Vec<String> = TYPES.iter().map(|ty| format!("q.{ty}")).collect();
+
+        let t = Tracer::new("main");
+        let mut outs = Vec::new();
+        for ((&ty, name), bytes) in TYPES.iter().zip(&names).zip(&raw) {
+            let p = t.param(name, TensorType::new([bytes.len()], DType::I8)).unwrap();
+            let y = dequantize(&p, ty, &shape_of(ty)).unwrap();
+            assert_eq!(y.ty, TensorType::new(shape_of(ty), DType::F32));
+            outs.push(y);
+        }
+        let graph = t.finish(&outs.iter().collect::<Vec<_>>()).unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let params_path = dir.path().join("params.safetensors");
+        let shapes: Vec<[usize; 1]> = raw.iter().map(|b| [b.len()]).collect();
+        let tensors: Vec<(&str, StDType, &[usize], &[u8])> = names
+            .iter()
+            .zip(&shapes)
+            .zip(&raw)
+            .map(|((n, s), b)| (n.as_str(), StDType::I8, s.as_slice(), b.as_slice()))
+            .collect();
+        safetensors::write(&params_path, &tensors, &BTreeMap::new()).unwrap();
+
+        let expected: Vec<Vec<f32>> =
+            TYPES.iter().zip(&raw).map(|(&ty, b)| quant::dequantize_to_vec(ty, b).unwrap()).collect();
+
+        let params = SafeTensors::open(&params_path).unwrap();
+        let interp_out = interp::run(&graph, &[], &params).unwrap();
+
+        let iree = Iree::for_tests();
+        let mlir_path = dir.path().join("module.mlir");
+        std::fs::write(&mlir_path, lower::lower_to_string(&graph, &LowerOptions::default()).unwrap()).unwrap();
+        let vmfb = dir.path().join("module.vmfb");
+        iree.compile(&mlir_path, &vmfb).unwrap();
+        let out_paths: Vec<PathBuf> = (0..TYPES.len()).map(|i| dir.path().join(format!("out{i}.npy"))).collect();
+        iree.run(&vmfb, "main", &[], Some(("model", &params_path)), &out_paths).unwrap();
+
+        let mut failures = Vec::new();
+        for (i, &ty) in TYPES.iter().enumerate() {
+            if let Some(m) = first_mismatch(&interp_out[i], &expected[i]) {
+                failures.push(format!("{ty} interpreter: {m}"));
+            }
+            if let Some(m) = first_mismatch(&npy::read(&out_paths[i]).unwrap(), &expected[i]) {
+                failures.push(format!("{ty} IREE: {m}"));
+            }
+        }
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    #[test]
+    fn wrong_lengths_and_unsupported_types_are_errors() {
+        let t = Tracer::new("main");
+        let raw = t.param("w", TensorType::new([2 * 18], DType::I8)).unwrap();
+        assert!(dequantize(&raw, GgmlType::Q4_0, &[2, 32]).is_ok());
+        let err = dequantize(&raw, GgmlType::Q4_0, &[3, 32]).unwrap_err().to_string();
+        assert!(err.contains("Q4_0") && err.contains("needs 54 bytes"), "{err}");
+        let err = dequantize(&raw, GgmlType::Q4_0, &[2, 31]).unwrap_err().to_string();
+        assert!(err.contains("whole number of 32-value blocks"), "{err}");
+        let err = dequantize(&raw, GgmlType::IQ4_NL, &[2, 32]).unwrap_err().to_string();
+        assert!(err.contains("IQ4_NL") && err.contains("not supported"), "{err}");
+        assert!(!supported(GgmlType::F16) && !supported(GgmlType::Q8_K));
+        let wide = t.param("f", TensorType::new([36], DType::F32)).unwrap();
+        let err = dequantize(&wide, GgmlType::Q4_0, &[2, 32]).unwrap_err().to_string();
+        assert!(err.contains("1-D i8 or ui8"), "{err}");
+        let unsigned = t.param("u", TensorType::new([36], DType::UI8)).unwrap();
+        assert!(dequantize(&unsigned, GgmlType::Q4_0, &[64]).is_ok());
+    }
+}
