@@ -17,6 +17,7 @@ pub mod iree;
 pub mod check;
 pub mod inspect;
 pub mod tokenizer;
+pub mod models;
 
 use std::io::Write;
 use std::path::Path;
