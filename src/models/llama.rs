@@ -314,7 +314,7 @@ mod tests {
         )
         .unwrap();
         let start = Instant::now();
-        let logits = interp::run(&graph, &[tokens], &GgufParams(&gguf)).unwrap().remove(0).to_f64_vec();
+        let logits = interp::run(&graph, std::slice::from_ref(&tokens), &GgufParams(&gguf)).unwrap().remove(0).to_f64_vec();
         eprintln!("interpreter: {:.2?} for {} tokens", start.elapsed(), ids.len());
         let vocab = logits.len() / ids.len();
         let last = &logits[(ids.len() - 1) * vocab..];
@@ -322,6 +322,30 @@ mod tests {
         let word = tokenizer.decode(&[best as u32]);
         eprintln!("argmax {best} = {word:?} (logit {})", last[best]);
         assert_eq!(word, " Paris");
+
+        // The same graph through IREE, its params read from the GGUF itself.
+        let dir = tempfile::tempdir().unwrap();
+        let (mlir, vmfb) = (dir.path().join("prefill.mlir"), dir.path().join("prefill.vmfb"));
+        std::fs::write(&mlir, crate::lower::lower_to_string(&graph, &Default::default()).unwrap()).unwrap();
+        let iree = crate::iree::Iree::for_tests();
+        let start = Instant::now();
+        iree.compile(&mlir, &vmfb).unwrap();
+        eprintln!("iree-compile: {:.2?}", start.elapsed());
+        let (input, output) = (dir.path().join("tokens.npy"), dir.path().join("logits.npy"));
+        crate::npy::write(&input, &tokens).unwrap();
+        let gguf_path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SMOLLM2);
+        iree.run(&vmfb, "main", &[input], Some(("model", &gguf_path)), &[output.clone()]).unwrap();
+        let iree_logits = crate::npy::read(&output).unwrap().to_f64_vec();
+        let max_diff = logits.iter().zip(&iree_logits).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        eprintln!("max |interpreter - IREE| over all positions: {max_diff:e}");
+        assert!(max_diff <= 1e-3, "logits differ by {max_diff}");
+        for pos in 0..ids.len() {
+            let row = |l: &[f64]| {
+                let r = &l[pos * vocab..(pos + 1) * vocab];
+                (0..vocab).fold(0, |b, i| if r[i] > r[b] { i } else { b })
+            };
+            assert_eq!(row(&logits), row(&iree_logits), "argmax differs at position {pos}");
+        }
     }
 
     /// A GGUF v3 file in memory: `(key, value)` metadata (u32, f32 or
