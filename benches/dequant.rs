@@ -19,7 +19,10 @@ fn main() {
         eprintln!("usage: cargo bench --bench dequant -- FILE.gguf...");
         std::process::exit(2);
     }
-    println!("{:<40} {:<7} {:>8} {:>12} {:>10} {:>8}", "checkpoint", "type", "tensors", "f32 out MB", "median ms", "GB/s");
+    println!(
+        "{:<40} {:<7} {:>8} {:>12} {:>10} {:>8}",
+        "checkpoint", "type", "tensors", "f32 out MB", "median ms", "GB/s"
+    );
     for file in &files {
         let gguf = Gguf::open(file).unwrap_or_else(|e| panic!("{e}"));
         let mut by_type: BTreeMap<&str, (GgmlType, Vec<&[u8]>)> = BTreeMap::new();

@@ -140,6 +140,36 @@ def StableHLO_DynamicUpdateSliceOp : StableHLO_Op<"dynamic_update_slice"> {
   let results = (outs AnyTensor:$result);
 }
 
+// Dynamic shapes: a `?` dim's size is read with get_dimension_size, and
+// ops whose result shape is not implied by their operands take it as a
+// 1-d integer tensor (`output_shape`, `output_dimensions`).
+def StableHLO_GetDimensionSizeOp : StableHLO_Op<"get_dimension_size"> {
+  let arguments = (ins AnyTensor:$operand, AnyAttr:$dimension);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_DynamicIotaOp : StableHLO_Op<"dynamic_iota"> {
+  let arguments = (ins AnyTensor:$output_shape, AnyAttr:$iota_dimension);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_DynamicReshapeOp : StableHLO_Op<"dynamic_reshape"> {
+  let arguments = (ins AnyTensor:$operand, AnyTensor:$output_shape);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_DynamicBroadcastInDimOp : StableHLO_Op<"dynamic_broadcast_in_dim"> {
+  let arguments = (ins AnyTensor:$operand, AnyTensor:$output_dimensions,
+                   DenseI64ArrayAttr:$broadcast_dimensions);
+  let results = (outs AnyTensor:$result);
+}
+
+def StableHLO_RealDynamicSliceOp : StableHLO_Op<"real_dynamic_slice"> {
+  let arguments = (ins AnyTensor:$operand, AnyTensor:$start_indices,
+                   AnyTensor:$limit_indices, AnyTensor:$strides);
+  let results = (outs AnyTensor:$result);
+}
+
 // Contractions and indexing.
 def StableHLO_DotGeneralOp : StableHLO_Op<"dot_general"> {
   // `#stablehlo.dot<lhs_batching_dimensions = ..., ...>`

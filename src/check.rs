@@ -40,11 +40,14 @@ pub struct CheckOptions {
     /// Float outputs match when `|iree - ref| <= atol + rtol * |ref|`.
     pub rtol: f64,
     pub atol: f64,
+    /// Run-time sizes a graph with `?` dims is run at, each with its own
+    /// seeded inputs, through one compiled module.
+    pub dynamic_sizes: Vec<usize>,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { seed: 0, rtol: 1e-5, atol: 1e-6 }
+        CheckOptions { seed: 0, rtol: 1e-5, atol: 1e-6, dynamic_sizes: vec![2, 5] }
     }
 }
 
@@ -52,6 +55,8 @@ impl Default for CheckOptions {
 #[derive(Clone, Debug)]
 pub struct OutputReport {
     pub index: usize,
+    /// The size of `?` in this run, for a graph with `?` dims.
+    pub dynamic_size: Option<usize>,
     pub ty: TensorType,
     pub max_abs_err: f64,
     pub max_rel_err: f64,
@@ -62,10 +67,13 @@ pub struct OutputReport {
 
 impl fmt::Display for OutputReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "output {}", self.index)?;
+        if let Some(size) = self.dynamic_size {
+            write!(f, " (?={size})")?;
+        }
         write!(
             f,
-            "output {}: {} max_abs_err={:.3e} max_rel_err={:.3e} {}",
-            self.index,
+            ": {} max_abs_err={:.3e} max_rel_err={:.3e} {}",
             self.ty,
             self.max_abs_err,
             self.max_rel_err,
@@ -87,15 +95,15 @@ impl CheckReport {
 }
 
 /// Seeded inputs: floats in [-1, 1); integers in [0, 4), or in range of the
-/// table rows when the input indexes a `gather`.
-pub fn random_inputs(graph: &Graph, seed: u64) -> Vec<Value> {
+/// table rows when the input indexes a `gather`; each `?` is `dynamic_size`.
+pub fn random_inputs(graph: &Graph, seed: u64, dynamic_size: usize) -> Vec<Value> {
     graph
         .inputs()
         .iter()
         .enumerate()
         .map(|(i, &v)| {
-            let ty = &graph.node(v).ty;
-            Value::random(ty, seed.wrapping_add(i as u64), 0..index_bound(graph, v).unwrap_or(4))
+            let ty = graph.node(v).ty.with_dynamic_size(dynamic_size);
+            Value::random(&ty, seed.wrapping_add(i as u64), 0..index_bound(graph, v).unwrap_or(4))
         })
         .collect()
 }
@@ -126,14 +134,19 @@ pub fn write_random_params(graph: &Graph, path: &Path, seed: u64) -> Result<(), 
     Ok(())
 }
 
-/// Runs `graph` through the interpreter and through IREE in `workdir`.
-pub fn check_graph(graph: &Graph, iree: &Iree, workdir: &Path, options: &CheckOptions) -> Result<CheckReport, CheckError> {
+/// Runs `graph` through the interpreter and through IREE in `workdir`: once,
+/// or once per `options.dynamic_sizes` entry if it has `?` dims, all from
+/// one compiled module.
+pub fn check_graph(
+    graph: &Graph,
+    iree: &Iree,
+    workdir: &Path,
+    options: &CheckOptions,
+) -> Result<CheckReport, CheckError> {
     let io = |context: String| move |error| CheckError::Io { context, error };
     let params_path = workdir.join("params.safetensors");
     write_random_params(graph, &params_path, options.seed)?;
     let params = SafeTensors::open(&params_path)?;
-    let inputs = random_inputs(graph, options.seed);
-    let expected = interp::run(graph, &inputs, &params)?;
 
     let mlir = lower::lower_to_string(graph, &LowerOptions::default())?;
     let mlir_path = workdir.join("module.mlir");
@@ -141,19 +154,29 @@ pub fn check_graph(graph: &Graph, iree: &Iree, workdir: &Path, options: &CheckOp
     let vmfb = workdir.join("module.vmfb");
     iree.compile(&mlir_path, &vmfb)?;
 
-    let mut input_paths = Vec::new();
-    for (i, v) in inputs.iter().enumerate() {
-        let p = workdir.join(format!("input{i}.npy"));
-        npy::write(&p, v)?;
-        input_paths.push(p);
-    }
-    let output_paths: Vec<PathBuf> = (0..expected.len()).map(|i| workdir.join(format!("output{i}.npy"))).collect();
-    iree.run(&vmfb, &graph.name, &input_paths, Some(("model", &params_path)), &output_paths)?;
-
+    let dynamic = graph.inputs().iter().any(|&v| graph.node(v).ty.is_dynamic());
+    let sizes: Vec<Option<usize>> = match dynamic {
+        true => options.dynamic_sizes.iter().copied().map(Some).collect(),
+        false => vec![None],
+    };
     let mut outputs = Vec::new();
-    for (index, (reference, path)) in expected.into_iter().zip(&output_paths).enumerate() {
-        let got = npy::read(path)?;
-        outputs.push(compare(index, reference, got, options));
+    for size in sizes {
+        let inputs = random_inputs(graph, options.seed.wrapping_add(size.unwrap_or(0) as u64), size.unwrap_or(0));
+        let expected = interp::run(graph, &inputs, &params)?;
+        let tag = size.map(|s| format!("_{s}")).unwrap_or_default();
+        let mut input_paths = Vec::new();
+        for (i, v) in inputs.iter().enumerate() {
+            let p = workdir.join(format!("input{i}{tag}.npy"));
+            npy::write(&p, v)?;
+            input_paths.push(p);
+        }
+        let output_paths: Vec<PathBuf> =
+            (0..expected.len()).map(|i| workdir.join(format!("output{i}{tag}.npy"))).collect();
+        iree.run(&vmfb, &graph.name, &input_paths, Some(("model", &params_path)), &output_paths)?;
+        for (index, (reference, path)) in expected.into_iter().zip(&output_paths).enumerate() {
+            let got = npy::read(path)?;
+            outputs.push(OutputReport { dynamic_size: size, ..compare(index, reference, got, options) });
+        }
     }
     Ok(CheckReport { mlir, outputs })
 }
@@ -177,7 +200,7 @@ fn compare(index: usize, reference: Value, iree: Value, options: &CheckOptions) 
             ok &= within;
         }
     }
-    OutputReport { index, ty: reference.ty.clone(), max_abs_err, max_rel_err, ok, reference, iree }
+    OutputReport { index, dynamic_size: None, ty: reference.ty.clone(), max_abs_err, max_rel_err, ok, reference, iree }
 }
 
 #[cfg(test)]

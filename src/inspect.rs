@@ -226,17 +226,22 @@ impl fmt::Display for Inspection {
                 writeln!(f, "  {} ({}) = {}", m.key, m.value_type, m.value)?;
             }
         }
-        let shapes: Vec<String> = self
-            .tensors
-            .iter()
-            .map(|t| t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x"))
-            .collect();
+        let shapes: Vec<String> =
+            self.tensors.iter().map(|t| t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")).collect();
         let name_w = self.tensors.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
         let type_w = self.tensors.iter().map(|t| t.dtype.len()).max().unwrap_or(4).max(4);
         let shape_w = shapes.iter().map(String::len).max().unwrap_or(5).max(5);
-        writeln!(f, "\n{:name_w$}  {:type_w$}  {:shape_w$}  {:>12}  {:>12}", "name", "type", "shape", "bytes", "offset")?;
+        writeln!(
+            f,
+            "\n{:name_w$}  {:type_w$}  {:shape_w$}  {:>12}  {:>12}",
+            "name", "type", "shape", "bytes", "offset"
+        )?;
         for (t, shape) in self.tensors.iter().zip(&shapes) {
-            write!(f, "{:name_w$}  {:type_w$}  {:shape_w$}  {:>12}  {:>12}", t.name, t.dtype, shape, t.bytes, t.offset)?;
+            write!(
+                f,
+                "{:name_w$}  {:type_w$}  {:shape_w$}  {:>12}  {:>12}",
+                t.name, t.dtype, shape, t.bytes, t.offset
+            )?;
             match &t.file {
                 Some(file) => writeln!(f, "  {file}")?,
                 None => writeln!(f)?,

@@ -47,7 +47,9 @@ impl Iree {
                 dirs.push(repo.join(".venv/bin"));
             }
         }
-        dirs.extend(std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
+        dirs.extend(
+            std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default(),
+        );
         let find = |tool: &'static str| {
             dirs.iter().map(|d| d.join(tool)).find(|p| p.is_file()).ok_or_else(|| IreeError::NotFound {
                 tool,
@@ -75,10 +77,10 @@ impl Iree {
     /// written atomically.
     pub fn compile(&self, mlir: &Path, vmfb: &Path) -> Result<(), IreeError> {
         let dir = vmfb.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let tmp = tempfile::Builder::new()
-            .suffix(".vmfb")
-            .tempfile_in(dir)
-            .map_err(|error| IreeError::Io { context: format!("creating a temporary file in {}", dir.display()), error })?;
+        let tmp = tempfile::Builder::new().suffix(".vmfb").tempfile_in(dir).map_err(|error| IreeError::Io {
+            context: format!("creating a temporary file in {}", dir.display()),
+            error,
+        })?;
         let mut cmd = Command::new(&self.compile);
         cmd.args(COMPILE_FLAGS).arg(mlir).arg("-o").arg(tmp.path());
         run_tool(cmd)?;

@@ -6,18 +6,18 @@
 //! `.mlir` + parameters; [`interp`] runs a graph on the CPU as the
 //! reference, and [`iree`] drives `iree-compile` and `iree-run-module`.
 
-pub mod graph;
-pub mod trace;
-pub mod interp;
-pub mod weights;
-pub mod npy;
-pub mod lower;
-pub mod params;
-pub mod iree;
 pub mod check;
+pub mod graph;
 pub mod inspect;
-pub mod tokenizer;
+pub mod interp;
+pub mod iree;
+pub mod lower;
 pub mod models;
+pub mod npy;
+pub mod params;
+pub mod tokenizer;
+pub mod trace;
+pub mod weights;
 
 use std::io::Write;
 use std::path::Path;

@@ -61,6 +61,9 @@ enum Command {
         /// Keep the work files (params, module, vmfb, npy) in this folder.
         #[arg(long)]
         keep: Option<PathBuf>,
+        /// Run-time sizes for the graph's `?` dims: one run per size, one compile.
+        #[arg(long = "dynamic-size", value_delimiter = ',', default_values_t = [2, 5])]
+        dynamic_sizes: Vec<usize>,
     },
 }
 
@@ -116,7 +119,7 @@ fn run(cli: Cli) -> Result<()> {
                 _ => emit(&(names.join("\n") + "\n"))?,
             }
         }
-        Command::Check { graph, seed, rtol, atol, show, keep } => {
+        Command::Check { graph, seed, rtol, atol, show, keep, dynamic_sizes } => {
             let graph = read_graph(&graph)?;
             let iree = Iree::locate()?;
             let tmp = tempfile::tempdir().context("creating a work folder")?;
@@ -127,7 +130,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 None => tmp.path(),
             };
-            let report = check::check_graph(&graph, &iree, workdir, &CheckOptions { seed, rtol, atol })?;
+            let report = check::check_graph(&graph, &iree, workdir, &CheckOptions { seed, rtol, atol, dynamic_sizes })?;
             for out in &report.outputs {
                 println!("{out}");
                 if show {

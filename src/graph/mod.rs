@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use thiserror::Error;
 
 pub use ops::{ComparisonDirection, DotDimensions, Op, ReduceKind};
-pub use types::{DType, TensorType};
+pub use types::{DType, TensorType, DYNAMIC};
 
 /// Index of a node in its graph; a node has exactly one result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -56,6 +56,8 @@ pub enum GraphError {
     DuplicateName(String),
     #[error("param \"{name}\" is declared as {first} and again as {second}")]
     ParamTypeConflict { name: String, first: TensorType, second: TensorType },
+    #[error("node %{node}: its type {ty} has a ? dim, but no function input before it has one to take the run-time size from")]
+    UnboundDynamic { node: String, ty: TensorType },
     #[error("the graph has no outputs; `return` at least one value")]
     NoOutputs,
     #[error("line {line}: {message}")]
@@ -146,9 +148,14 @@ impl Graph {
             }
         }
         let types: Vec<&TensorType> = operands.iter().map(|v| &self.nodes[v.0].ty).collect();
-        let ty = op
-            .infer(&types, declared.as_ref())
-            .map_err(|error| GraphError::Shape { node: name.clone(), error })?;
+        let ty =
+            op.infer(&types, declared.as_ref()).map_err(|error| GraphError::Shape { node: name.clone(), error })?;
+        // A `?` is the size of a dynamic input's `?` dim (see `DYNAMIC`); an
+        // op can only introduce one (iota, constant...) once that size exists.
+        let bound = self.inputs.iter().any(|v| self.nodes[v.0].ty.is_dynamic());
+        if ty.is_dynamic() && !matches!(op, Op::Input) && !bound {
+            return Err(GraphError::UnboundDynamic { node: name, ty });
+        }
         if let Op::Param { name: pname } = &op {
             if let Some(&existing) = self.params.get(pname) {
                 let first = &self.nodes[existing.0].ty;

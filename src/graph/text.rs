@@ -107,9 +107,7 @@ fn strip_comment(line: &str) -> &str {
 
 /// `func @name(%a: tensor<...>, ...) {`
 fn parse_header(line: &str) -> Result<Graph, String> {
-    let rest = line
-        .strip_prefix("func @")
-        .ok_or_else(|| format!("expected 'func @name(...) {{', found '{line}'"))?;
+    let rest = line.strip_prefix("func @").ok_or_else(|| format!("expected 'func @name(...) {{', found '{line}'"))?;
     let open = rest.find('(').ok_or("expected '(' after the function name")?;
     let close = rest.rfind(')').ok_or("expected ')' closing the argument list")?;
     if rest[close + 1..].trim() != "{" {
@@ -121,7 +119,8 @@ fn parse_header(line: &str) -> Result<Graph, String> {
         if arg.is_empty() {
             continue;
         }
-        let (name, ty) = arg.split_once(':').ok_or_else(|| format!("argument '{arg}' needs a type: %name: tensor<...>"))?;
+        let (name, ty) =
+            arg.split_once(':').ok_or_else(|| format!("argument '{arg}' needs a type: %name: tensor<...>"))?;
         let name = name.trim().strip_prefix('%').ok_or_else(|| format!("argument '{arg}' must start with '%'"))?;
         let ty: TensorType = ty.trim().parse()?;
         graph.add_node(name, Op::Input, vec![], Some(ty)).map_err(|e| e.to_string())?;
@@ -133,7 +132,8 @@ fn parse_header(line: &str) -> Result<Graph, String> {
 fn parse_node(graph: &mut Graph, line: &str, line_no: usize) -> Result<(), GraphError> {
     let err = |message: String| GraphError::Parse { line: line_no, message };
     let (lhs, rhs) = line.split_once('=').ok_or_else(|| err(format!("expected '%name = op ...', found '{line}'")))?;
-    let name = lhs.trim().strip_prefix('%').ok_or_else(|| err(format!("value name must start with '%': '{}'", lhs.trim())))?;
+    let name =
+        lhs.trim().strip_prefix('%').ok_or_else(|| err(format!("value name must start with '%': '{}'", lhs.trim())))?;
     let rhs = rhs.trim();
     let (body, ty) = match rfind_top(rhs, ':') {
         Some(i) => (rhs[..i].trim(), Some(rhs[i + 1..].trim())),
@@ -163,7 +163,9 @@ fn parse_node(graph: &mut Graph, line: &str, line_no: usize) -> Result<(), Graph
         if s.is_empty() {
             continue;
         }
-        let r = s.strip_prefix('%').ok_or_else(|| err(format!("%{name} ({op_name}): operand {index} must be a %value, found '{s}'")))?;
+        let r = s
+            .strip_prefix('%')
+            .ok_or_else(|| err(format!("%{name} ({op_name}): operand {index} must be a %value, found '{s}'")))?;
         let v = graph.lookup(r).ok_or_else(|| {
             let missing = GraphError::MissingOperand {
                 node: name.to_string(),
@@ -179,16 +181,18 @@ fn parse_node(graph: &mut Graph, line: &str, line_no: usize) -> Result<(), Graph
     let id = graph.add_node(name, op, operands, Some(ty.clone())).map_err(|e| err(e.to_string()))?;
     let inferred = &graph.node(id).ty;
     if !declared && *inferred != ty {
-        return Err(err(format!("%{name} ({op_name}): result type is written as {ty} but the operands give {inferred}")));
+        return Err(err(format!(
+            "%{name} ({op_name}): result type is written as {ty} but the operands give {inferred}"
+        )));
     }
     Ok(())
 }
 
 fn value_ref(graph: &Graph, s: &str, what: &str, line: usize) -> Result<super::ValueId, GraphError> {
-    let name = s.strip_prefix('%').ok_or_else(|| GraphError::Parse { line, message: format!("{what}: expected a %value, found '{s}'") })?;
-    graph
-        .lookup(name)
-        .ok_or_else(|| GraphError::Parse { line, message: format!("{what}: %{name} is not defined") })
+    let name = s
+        .strip_prefix('%')
+        .ok_or_else(|| GraphError::Parse { line, message: format!("{what}: expected a %value, found '{s}'") })?;
+    graph.lookup(name).ok_or_else(|| GraphError::Parse { line, message: format!("{what}: %{name} is not defined") })
 }
 
 fn parse_attrs(text: &str) -> Result<Attrs, String> {
@@ -215,7 +219,15 @@ fn parse_attr_value(v: &str) -> Result<AttrValue, String> {
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .map(|s| s.parse::<usize>().map_err(|_| format!("'{s}' is not a non-negative integer")))
+            .map(|s| match s {
+                // A `?` dim's limit in `slice`.
+                "?" => Ok(super::DYNAMIC),
+                _ => s
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&i| i != super::DYNAMIC)
+                    .ok_or_else(|| format!("'{s}' is not a non-negative integer")),
+            })
             .collect::<Result<Vec<_>, _>>()?;
         return Ok(AttrValue::Ints(ints));
     }
@@ -344,10 +356,19 @@ func @main(%x: tensor<2x4xf32>, %ids: tensor<2xi32>) {
     fn errors_name_line_node_and_reason() {
         let cases = [
             ("func @f(%x: tensor<2xf32>) {\n  %y = add %x, %nope : tensor<2xf32>\n  return %y\n}", "%nope"),
-            ("func @f(%x: tensor<2xf32>) {\n  %y = frobnicate %x : tensor<2xf32>\n  return %y\n}", "unknown op 'frobnicate'"),
-            ("func @f(%x: tensor<2xf32>) {\n  %y = add %x, %x : tensor<3xf32>\n  return %y\n}", "written as tensor<3xf32>"),
+            (
+                "func @f(%x: tensor<2xf32>) {\n  %y = frobnicate %x : tensor<2xf32>\n  return %y\n}",
+                "unknown op 'frobnicate'",
+            ),
+            (
+                "func @f(%x: tensor<2xf32>) {\n  %y = add %x, %x : tensor<3xf32>\n  return %y\n}",
+                "written as tensor<3xf32>",
+            ),
             ("func @f(%x: tensor<2xf32>) {\n  %y = add %x, %x : tensor<2xf32>\n", "missing closing"),
-            ("func @f(%x: tensor<2xf32>) {\n  %y = transpose %x {perm = [0]} : tensor<2xf32>\n  return %y\n}", "missing attribute 'permutation'"),
+            (
+                "func @f(%x: tensor<2xf32>) {\n  %y = transpose %x {perm = [0]} : tensor<2xf32>\n  return %y\n}",
+                "missing attribute 'permutation'",
+            ),
         ];
         for (text, needle) in cases {
             let e = parse(text).unwrap_err().to_string();

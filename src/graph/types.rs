@@ -117,7 +117,16 @@ impl FromStr for DType {
     }
 }
 
-/// A ranked tensor type with static dims: `tensor<2x3xf32>`.
+/// A dim whose size is known only when the function runs: `?` in text,
+/// MLIR's `ShapedType::kDynamic`. kiln gives `?` one meaning per function:
+/// every `?` is the same run-time size (the sequence length). That keeps
+/// shape rules decidable without symbolic arithmetic: `?` equals `?`, a
+/// reshape keeps its `?` dims, and an op that would make a different
+/// run-time size (concatenating or padding along `?`) is rejected.
+pub const DYNAMIC: usize = usize::MAX;
+
+/// A ranked tensor type: `tensor<2x3xf32>`, or `tensor<1x?xi32>` with a
+/// [`DYNAMIC`] dim.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
     pub shape: Vec<usize>,
@@ -133,14 +142,37 @@ impl TensorType {
         self.shape.len()
     }
 
-    /// Saturates at `usize::MAX`; shapes from untrusted text are checked
-    /// with [`TensorType::checked_num_elements`] when they enter a graph.
+    /// Saturates at `usize::MAX` (as does a dynamic type); shapes from
+    /// untrusted text are checked with [`TensorType::checked_num_elements`]
+    /// when they enter a graph.
     pub fn num_elements(&self) -> usize {
         self.checked_num_elements().unwrap_or(usize::MAX)
     }
 
+    /// `None` on overflow or if a dim is [`DYNAMIC`].
     pub fn checked_num_elements(&self) -> Option<usize> {
-        self.shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        self.shape.iter().try_fold(1usize, |acc, &d| if d == DYNAMIC { None } else { acc.checked_mul(d) })
+    }
+
+    /// The product of the static dims (`None` on overflow): the element
+    /// count per unit of each `?`.
+    pub fn static_num_elements(&self) -> Option<usize> {
+        self.shape.iter().filter(|&&d| d != DYNAMIC).try_fold(1usize, |acc, &d| acc.checked_mul(d))
+    }
+
+    pub fn is_dynamic(&self) -> bool {
+        self.shape.contains(&DYNAMIC)
+    }
+
+    /// How many dims are `?`.
+    pub fn dynamic_rank(&self) -> usize {
+        self.shape.iter().filter(|&&d| d == DYNAMIC).count()
+    }
+
+    /// This type with every `?` replaced by `size`.
+    pub fn with_dynamic_size(&self, size: usize) -> Self {
+        let shape = self.shape.iter().map(|&d| if d == DYNAMIC { size } else { d }).collect::<Vec<_>>();
+        TensorType::new(shape, self.dtype)
     }
 
     pub fn with_dtype(&self, dtype: DType) -> Self {
@@ -151,8 +183,12 @@ impl TensorType {
 impl fmt::Display for TensorType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("tensor<")?;
-        for d in &self.shape {
-            write!(f, "{d}x")?;
+        for &d in &self.shape {
+            if d == DYNAMIC {
+                f.write_str("?x")?;
+            } else {
+                write!(f, "{d}x")?;
+            }
         }
         write!(f, "{}>", self.dtype)
     }
@@ -161,7 +197,7 @@ impl fmt::Display for TensorType {
 impl FromStr for TensorType {
     type Err = String;
 
-    /// Parses `tensor<2x3xf32>` or `tensor<f32>`.
+    /// Parses `tensor<2x3xf32>`, `tensor<?x4xf32>` or `tensor<f32>`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let inner = s
             .strip_prefix("tensor<")
@@ -171,7 +207,14 @@ impl FromStr for TensorType {
         let dtype: DType = parts.pop().unwrap_or_default().parse()?;
         let shape = parts
             .iter()
-            .map(|p| p.parse::<usize>().map_err(|_| format!("bad dimension '{p}' in '{s}'")))
+            .map(|p| match *p {
+                "?" => Ok(DYNAMIC),
+                _ => p
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&d| d != DYNAMIC)
+                    .ok_or_else(|| format!("bad dimension '{p}' in '{s}'")),
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(TensorType { shape, dtype })
     }
@@ -183,7 +226,15 @@ mod tests {
 
     #[test]
     fn tensor_type_round_trips() {
-        for text in ["tensor<2x3xf32>", "tensor<i1>", "tensor<7xbf16>", "tensor<1x2x3x4xi64>", "tensor<4xui8>", "tensor<i16>"] {
+        for text in [
+            "tensor<2x3xf32>",
+            "tensor<i1>",
+            "tensor<7xbf16>",
+            "tensor<1x2x3x4xi64>",
+            "tensor<4xui8>",
+            "tensor<i16>",
+            "tensor<1x?xi32>",
+        ] {
             let ty: TensorType = text.parse().unwrap();
             assert_eq!(ty.to_string(), text);
         }
@@ -205,5 +256,14 @@ mod tests {
         assert!("tensor<2xq7>".parse::<TensorType>().is_err());
         assert!("tensor<axf32>".parse::<TensorType>().is_err());
         assert!("memref<2xf32>".parse::<TensorType>().is_err());
+        assert!("tensor<18446744073709551615xf32>".parse::<TensorType>().is_err(), "usize::MAX is `?`'s spelling");
+    }
+
+    #[test]
+    fn dynamic_dims_count_per_unit() {
+        let ty: TensorType = "tensor<?x4x?xf32>".parse().unwrap();
+        assert!(ty.is_dynamic());
+        assert_eq!((ty.dynamic_rank(), ty.static_num_elements(), ty.checked_num_elements()), (2, Some(4), None));
+        assert_eq!(ty.with_dynamic_size(3).to_string(), "tensor<3x4x3xf32>");
     }
 }

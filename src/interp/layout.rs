@@ -67,7 +67,13 @@ pub(super) fn slice(x: &Value, start_indices: &[usize], steps: &[usize], out: &T
 
 /// Operand index `j` lands at result index `low + j * (interior + 1)`; every
 /// other result element is `padding_value`.
-pub(super) fn pad(x: &Value, padding_value: &Value, low: &[usize], interior: &[usize], out: &TensorType) -> Result<Buffer, String> {
+pub(super) fn pad(
+    x: &Value,
+    padding_value: &Value,
+    low: &[usize],
+    interior: &[usize],
+    out: &TensorType,
+) -> Result<Buffer, String> {
     let s = strides(&out.shape);
     let base = low.iter().zip(&s).map(|(a, b)| a * b).sum();
     let walk: Vec<usize> = interior.iter().zip(&s).map(|(i, b)| (i + 1) * b).collect();

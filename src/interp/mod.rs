@@ -33,7 +33,7 @@ mod gather;
 mod layout;
 mod reduce;
 
-use crate::graph::{DType, Graph, Node, Op, TensorType};
+use crate::graph::{DType, Graph, Node, Op, TensorType, DYNAMIC};
 use half::{bf16, f16};
 use std::collections::HashMap;
 use std::num::Wrapping;
@@ -266,6 +266,8 @@ pub enum InterpError {
     InputCount { expected: usize, got: usize },
     #[error("input {index} (%{name}) must be {expected}, got {got}")]
     InputType { index: usize, name: String, expected: TensorType, got: TensorType },
+    #[error("input {index} (%{name}) has {got} where the graph has ?, but an earlier input bound ? to {}", .bound.unwrap_or_default())]
+    DynamicSize { index: usize, name: String, got: usize, bound: Option<usize> },
     #[error("param \"{name}\" is missing from the weights")]
     MissingParam { name: String },
     #[error("param \"{name}\" is declared as {expected} but the weights hold {found}")]
@@ -282,15 +284,23 @@ pub fn run(graph: &Graph, inputs: &[Value], params: &dyn ParamSource) -> Result<
     if inputs.len() != graph.inputs().len() {
         return Err(InterpError::InputCount { expected: graph.inputs().len(), got: inputs.len() });
     }
+    // Every `?` in the graph is one run-time size, taken from the inputs.
+    let mut dynamic_size = None;
     for (index, (v, &id)) in inputs.iter().zip(graph.inputs()).enumerate() {
         let node = graph.node(id);
-        if v.ty != node.ty {
-            return Err(InterpError::InputType {
-                index,
-                name: node.name.clone(),
-                expected: node.ty.clone(),
-                got: v.ty.clone(),
-            });
+        let mismatch =
+            || InterpError::InputType { index, name: node.name.clone(), expected: node.ty.clone(), got: v.ty.clone() };
+        if v.ty.dtype != node.ty.dtype || v.ty.rank() != node.ty.rank() {
+            return Err(mismatch());
+        }
+        for (&want, &got) in node.ty.shape.iter().zip(&v.ty.shape) {
+            if want == DYNAMIC {
+                if *dynamic_size.get_or_insert(got) != got {
+                    return Err(InterpError::DynamicSize { index, name: node.name.clone(), got, bound: dynamic_size });
+                }
+            } else if want != got {
+                return Err(mismatch());
+            }
         }
         v.check()
             .map_err(|message| InterpError::BadValue { what: format!("input {index} (%{})", node.name), message })?;
@@ -308,7 +318,7 @@ pub fn run(graph: &Graph, inputs: &[Value], params: &dyn ParamSource) -> Result<
     // Input nodes appear in the order of `graph.inputs()`.
     let mut next_input = inputs.iter();
     for (i, node) in nodes.iter().enumerate() {
-        values.push(Some(eval(node, &values, &mut next_input, params)?));
+        values.push(Some(eval(node, &values, &mut next_input, params, dynamic_size)?));
         for id in node.operands.iter().map(|o| o.0).chain([i]) {
             if last_use[id] == i {
                 values[id] = None;
@@ -324,6 +334,7 @@ fn eval(
     values: &[Option<Value>],
     next_input: &mut std::slice::Iter<'_, Value>,
     params: &dyn ParamSource,
+    dynamic_size: Option<usize>,
 ) -> Result<Value, InterpError> {
     let arg = |k: usize| -> &Value {
         values[node.operands[k].0]
@@ -331,7 +342,14 @@ fn eval(
             .expect("operands are evaluated before their users and dropped after their last use")
     };
     let op_err = |message: String| InterpError::Op { node: node.name.clone(), op: node.op.name(), message };
-    let ty = &node.ty;
+    let concrete;
+    let ty = match dynamic_size {
+        Some(size) if node.ty.is_dynamic() => {
+            concrete = node.ty.with_dynamic_size(size);
+            &concrete
+        }
+        _ => &node.ty,
+    };
     let data = match &node.op {
         Op::Input => return Ok(next_input.next().expect("input count checked in run").clone()),
         Op::Param { name } => return load_param(params, name, ty),

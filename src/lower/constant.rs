@@ -5,10 +5,14 @@ use super::{element_type, Emitter, LowerError};
 use crate::graph::{DType, TensorType};
 use melior::ir::attribute::{DenseElementsAttribute, FloatAttribute, IntegerAttribute};
 use melior::ir::r#type::IntegerType;
-use melior::ir::{Attribute, Type, Value};
+use melior::ir::{Attribute, Value};
 
 /// `dense<value> : tensor<...>`, a splat built through the C API.
-pub(super) fn splat_attribute<'c>(e: &Emitter<'c, '_>, value: f64, ty: &TensorType) -> Result<Attribute<'c>, LowerError> {
+pub(super) fn splat_attribute<'c>(
+    e: &Emitter<'c, '_>,
+    value: f64,
+    ty: &TensorType,
+) -> Result<Attribute<'c>, LowerError> {
     let ctx = e.ctx();
     let elem = element_type(ctx, ty.dtype);
     let scalar: Attribute = match ty.dtype.integer_bounds() {
@@ -23,7 +27,27 @@ pub(super) fn splat_attribute<'c>(e: &Emitter<'c, '_>, value: f64, ty: &TensorTy
         .map_err(|err| e.error(format!("cannot build splat {value} of {ty}: {err}")))
 }
 
-pub(super) fn lower_constant<'c, 'a>(e: &Emitter<'c, 'a>, value: f64, ty: &TensorType) -> Result<Value<'c, 'a>, LowerError> {
+/// A dynamic splat is a scalar constant broadcast to the run-time shape.
+pub(super) fn lower_constant<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    value: f64,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    if ty.is_dynamic() {
+        let scalar = TensorType::new([], ty.dtype);
+        let attr = splat_attribute(e, value, &scalar)?;
+        let scalar = e.emit(stablehlo::constant(e.ctx(), e.tensor_type(&scalar), attr, e.loc()))?;
+        let shape = e.shape_tensor(&ty.shape)?;
+        let no_dims = e.i64_array(&[]);
+        return e.emit(stablehlo::dynamic_broadcast_in_dim(
+            e.ctx(),
+            e.tensor_type(ty),
+            scalar,
+            shape,
+            no_dims,
+            e.loc(),
+        ));
+    }
     let attr = splat_attribute(e, value, ty)?;
     e.emit(stablehlo::constant(e.ctx(), e.tensor_type(ty), attr, e.loc()))
 }
@@ -31,8 +55,12 @@ pub(super) fn lower_constant<'c, 'a>(e: &Emitter<'c, 'a>, value: f64, ty: &Tenso
 pub(super) fn lower_iota<'c, 'a>(
     e: &Emitter<'c, 'a>,
     iota_dimension: usize,
-    result: Type<'c>,
+    ty: &TensorType,
 ) -> Result<Value<'c, 'a>, LowerError> {
     let dim = IntegerAttribute::new(IntegerType::new(e.ctx(), 64).into(), iota_dimension as i64);
-    e.emit(stablehlo::iota(e.ctx(), result, dim.into(), e.loc()))
+    if ty.is_dynamic() {
+        let shape = e.shape_tensor(&ty.shape)?;
+        return e.emit(stablehlo::dynamic_iota(e.ctx(), e.tensor_type(ty), shape, dim.into(), e.loc()));
+    }
+    e.emit(stablehlo::iota(e.ctx(), e.tensor_type(ty), dim.into(), e.loc()))
 }

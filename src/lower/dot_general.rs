@@ -14,11 +14,8 @@ pub(super) fn dot_dimension_numbers(dims: &DotDimensions) -> String {
         ("lhs_contracting_dimensions", &dims.lhs_contracting_dimensions),
         ("rhs_contracting_dimensions", &dims.rhs_contracting_dimensions),
     ];
-    let items: Vec<String> = fields
-        .iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k} = {}", int_list(v)))
-        .collect();
+    let items: Vec<String> =
+        fields.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k} = {}", int_list(v))).collect();
     format!("#stablehlo.dot<{}>", items.join(", "))
 }
 

@@ -28,5 +28,13 @@ pub(super) fn lower_gather<'c, 'a>(
     let mut slice_sizes = vec![1];
     slice_sizes.extend_from_slice(&operand_ty.shape[1..]);
     let attr = e.parse_attribute(&numbers)?;
-    e.emit(stablehlo::gather(e.ctx(), e.tensor_type(result), operand, indices, attr, e.i64_array(&slice_sizes), e.loc()))
+    e.emit(stablehlo::gather(
+        e.ctx(),
+        e.tensor_type(result),
+        operand,
+        indices,
+        attr,
+        e.i64_array(&slice_sizes),
+        e.loc(),
+    ))
 }

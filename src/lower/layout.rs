@@ -1,13 +1,54 @@
 //! Lowers reshape, transpose, broadcast_in_dim, concatenate, slice and pad.
 
-use super::dialects::stablehlo;
+use super::dialects::{stablehlo, tensor};
 use super::{Emitter, LowerError};
+use crate::graph::{TensorType, DYNAMIC};
+use melior::ir::attribute::DenseI64ArrayAttribute;
 use melior::ir::attribute::IntegerAttribute;
 use melior::ir::r#type::IntegerType;
 use melior::ir::{Type, Value};
 
-pub(super) fn lower_reshape<'c, 'a>(e: &Emitter<'c, 'a>, operand: Value<'c, 'a>, result: Type<'c>) -> Result<Value<'c, 'a>, LowerError> {
-    e.emit(stablehlo::reshape(e.ctx(), result, operand, e.loc()))
+pub(super) fn lower_reshape<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    operand: Value<'c, 'a>,
+    operand_type: &TensorType,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    if ty.is_dynamic() {
+        return lower_dynamic_reshape(e, operand, operand_type, ty);
+    }
+    e.emit(stablehlo::reshape(e.ctx(), e.tensor_type(ty), operand, e.loc()))
+}
+
+/// A reshape whose operand and result have one `?` each (the shape rule's
+/// guarantee) as `tensor.collapse_shape` to rank 1 and `tensor.expand_shape`
+/// to the result, the `?` taking the function's run-time size: iree-compile
+/// cannot legalize `stablehlo.dynamic_reshape` (see dialects/Tensor.td).
+fn lower_dynamic_reshape<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    operand: Value<'c, 'a>,
+    operand_type: &TensorType,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let all_dims = |rank: usize| {
+        let dims: Vec<String> = (0..rank).map(|d| d.to_string()).collect();
+        format!("[[{}]]", dims.join(", "))
+    };
+    let flat_type = TensorType::new([DYNAMIC], ty.dtype);
+    let flat = if operand_type.rank() == 1 {
+        operand
+    } else {
+        let reassociation = e.parse_attribute(&all_dims(operand_type.rank()))?;
+        e.emit(tensor::collapse_shape(e.ctx(), e.tensor_type(&flat_type), operand, reassociation, e.loc()))?
+    };
+    if ty.rank() == 1 {
+        return Ok(flat);
+    }
+    let reassociation = e.parse_attribute(&all_dims(ty.rank()))?;
+    let static_shape: Vec<i64> = ty.shape.iter().map(|&d| if d == DYNAMIC { i64::MIN } else { d as i64 }).collect();
+    let static_shape = DenseI64ArrayAttribute::new(e.ctx(), &static_shape).into();
+    let size = e.dynamic_index()?;
+    e.emit(tensor::expand_shape(e.ctx(), e.tensor_type(ty), flat, &[size], reassociation, static_shape, e.loc()))
 }
 
 pub(super) fn lower_transpose<'c, 'a>(
@@ -23,9 +64,14 @@ pub(super) fn lower_broadcast_in_dim<'c, 'a>(
     e: &Emitter<'c, 'a>,
     operand: Value<'c, 'a>,
     broadcast_dimensions: &[usize],
-    result: Type<'c>,
+    ty: &TensorType,
 ) -> Result<Value<'c, 'a>, LowerError> {
-    e.emit(stablehlo::broadcast_in_dim(e.ctx(), result, operand, e.i64_array(broadcast_dimensions), e.loc()))
+    let dims = e.i64_array(broadcast_dimensions);
+    if ty.is_dynamic() {
+        let shape = e.shape_tensor(&ty.shape)?;
+        return e.emit(stablehlo::dynamic_broadcast_in_dim(e.ctx(), e.tensor_type(ty), operand, shape, dims, e.loc()));
+    }
+    e.emit(stablehlo::broadcast_in_dim(e.ctx(), e.tensor_type(ty), operand, dims, e.loc()))
 }
 
 pub(super) fn lower_concatenate<'c, 'a>(
@@ -41,11 +87,18 @@ pub(super) fn lower_concatenate<'c, 'a>(
 pub(super) fn lower_slice<'c, 'a>(
     e: &Emitter<'c, 'a>,
     operand: Value<'c, 'a>,
+    operand_type: &TensorType,
     start_indices: &[usize],
     limit_indices: &[usize],
     strides: &[usize],
     result: Type<'c>,
 ) -> Result<Value<'c, 'a>, LowerError> {
+    // `slice` needs static limits; a `?` dim is taken whole up to its run-time size.
+    if operand_type.is_dynamic() {
+        let (start, limit, strides) =
+            (e.shape_tensor(start_indices)?, e.shape_tensor(limit_indices)?, e.shape_tensor(strides)?);
+        return e.emit(stablehlo::real_dynamic_slice(e.ctx(), result, operand, start, limit, strides, e.loc()));
+    }
     e.emit(stablehlo::slice(
         e.ctx(),
         result,

@@ -18,15 +18,18 @@ mod gather;
 mod layout;
 mod reduce;
 
-use crate::graph::{DType, Graph, Op, TensorType};
+use crate::graph::{DType, Graph, Op, TensorType, DYNAMIC};
 use crate::params;
+use dialects::{arith, stablehlo, tensor};
 use melior::dialect::{func, DialectHandle};
-use melior::ir::attribute::{DenseI64ArrayAttribute, StringAttribute, TypeAttribute};
+use melior::ir::attribute::{
+    DenseElementsAttribute, DenseI64ArrayAttribute, IntegerAttribute, StringAttribute, TypeAttribute,
+};
 use melior::ir::operation::{OperationLike, OperationPrintingFlags};
 use melior::ir::r#type::{FunctionType, IntegerType, RankedTensorType};
 use melior::ir::{Attribute, Block, BlockLike, Location, Module, Operation, Region, RegionLike, Type, Value};
 use melior::Context;
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
 use thiserror::Error;
 
@@ -113,6 +116,12 @@ impl Session {
             .collect();
         let block = Block::new(&arg_locs);
         {
+            // Where a `?` size is read from: the first dynamic input's first `?` dim.
+            let dynamic_source = graph.inputs().iter().enumerate().find_map(|(i, &v)| {
+                let dim = graph.node(v).ty.shape.iter().position(|&d| d == DYNAMIC)?;
+                Some((block.argument(i).expect("one block argument per graph input").into(), dim))
+            });
+            let function = Function { dynamic_source, dynamic_size: OnceCell::new(), dynamic_index: OnceCell::new() };
             let mut values: Vec<Option<Value>> = vec![None; graph.nodes().len()];
             for (i, &v) in graph.inputs().iter().enumerate() {
                 values[v.0] = Some(block.argument(i).expect("one block argument per graph input").into());
@@ -121,7 +130,8 @@ impl Session {
                 if matches!(node.op, Op::Input) {
                     continue;
                 }
-                let e = Emitter { session: self, block: &block, node: &node.name, op: node.op.name() };
+                let e =
+                    Emitter { session: self, block: &block, function: &function, node: &node.name, op: node.op.name() };
                 let mut operands = Vec::with_capacity(node.operands.len());
                 for (i, v) in node.operands.iter().enumerate() {
                     let value = values.get(v.0).copied().flatten().ok_or_else(|| {
@@ -135,12 +145,14 @@ impl Session {
             let outputs = graph
                 .outputs()
                 .iter()
-                .map(|v| values[v.0].ok_or_else(|| LowerError::Node {
-                    node: graph.node(*v).name.clone(),
-                    op: "return",
-                    message: "returned value was not lowered".into(),
-                    diagnostics: vec![],
-                }))
+                .map(|v| {
+                    values[v.0].ok_or_else(|| LowerError::Node {
+                        node: graph.node(*v).name.clone(),
+                        op: "return",
+                        message: "returned value was not lowered".into(),
+                        diagnostics: vec![],
+                    })
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             block.append_operation(func::r#return(&outputs, Location::name(ctx, "return", Location::unknown(ctx))));
         }
@@ -194,14 +206,26 @@ pub(crate) fn element_type<'c>(ctx: &'c Context, dtype: DType) -> Type<'c> {
 }
 
 pub(crate) fn tensor_type<'c>(ctx: &'c Context, ty: &TensorType) -> Type<'c> {
-    let dims: Vec<u64> = ty.shape.iter().map(|&d| d as u64).collect();
+    // `?` is MLIR's `ShapedType::kDynamic`, i64::MIN.
+    let dims: Vec<u64> = ty.shape.iter().map(|&d| if d == DYNAMIC { i64::MIN as u64 } else { d as u64 }).collect();
     RankedTensorType::new(&dims, element_type(ctx, ty.dtype), None).into()
+}
+
+/// What the ops of one function share.
+pub(crate) struct Function<'c, 'a> {
+    /// The block argument and dim a `?` size is read from.
+    dynamic_source: Option<(Value<'c, 'a>, usize)>,
+    /// That size as `tensor<1xi64>`, emitted at its first use.
+    dynamic_size: OnceCell<Value<'c, 'a>>,
+    /// That size as an `index`, for `tensor.expand_shape`.
+    dynamic_index: OnceCell<Value<'c, 'a>>,
 }
 
 /// Appends the ops of one graph node to the function body.
 pub(crate) struct Emitter<'c, 'a> {
     session: &'c Session,
     block: &'a Block<'c>,
+    function: &'a Function<'c, 'a>,
     node: &'a str,
     op: &'static str,
 }
@@ -241,6 +265,83 @@ impl<'c, 'a> Emitter<'c, 'a> {
         Attribute::parse(self.ctx(), text).ok_or_else(|| self.error(format!("MLIR cannot parse attribute `{text}`")))
     }
 
+    /// The run-time size of `?` as `tensor<1xi64>`.
+    fn dynamic_size(&self) -> Result<Value<'c, 'a>, LowerError> {
+        if let Some(&size) = self.function.dynamic_size.get() {
+            return Ok(size);
+        }
+        let (source, dim) = self.dynamic_source()?;
+        let ctx = self.ctx();
+        let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), dim as i64);
+        let scalar = TensorType::new([], DType::I32);
+        let size =
+            self.emit(stablehlo::get_dimension_size(ctx, self.tensor_type(&scalar), source, dim.into(), self.loc()))?;
+        let size =
+            self.emit(stablehlo::convert(ctx, self.tensor_type(&scalar.with_dtype(DType::I64)), size, self.loc()))?;
+        let size =
+            self.emit(stablehlo::reshape(ctx, self.tensor_type(&TensorType::new([1], DType::I64)), size, self.loc()))?;
+        Ok(*self.function.dynamic_size.get_or_init(|| size))
+    }
+
+    fn dynamic_source(&self) -> Result<(Value<'c, 'a>, usize), LowerError> {
+        self.function
+            .dynamic_source
+            .ok_or_else(|| self.error("a ? dim needs a function input with a ? dim to take its size from"))
+    }
+
+    /// The run-time size of `?` as an `index`.
+    pub fn dynamic_index(&self) -> Result<Value<'c, 'a>, LowerError> {
+        if let Some(&index) = self.function.dynamic_index.get() {
+            return Ok(index);
+        }
+        let (source, dim) = self.dynamic_source()?;
+        let ctx = self.ctx();
+        let index_type = Type::index(ctx);
+        let dim = self.emit(arith::constant(
+            ctx,
+            index_type,
+            IntegerAttribute::new(index_type, dim as i64).into(),
+            self.loc(),
+        ))?;
+        let index = self.emit(tensor::dim(ctx, index_type, source, dim, self.loc()))?;
+        Ok(*self.function.dynamic_index.get_or_init(|| index))
+    }
+
+    /// `values` as a `tensor<Nxi64>` for the dynamic-shape ops' shape
+    /// operands; a `?` entry is the run-time size.
+    pub fn shape_tensor(&self, values: &[usize]) -> Result<Value<'c, 'a>, LowerError> {
+        let ctx = self.ctx();
+        let i64_type: Type = IntegerType::new(ctx, 64).into();
+        let constant = |values: &[usize]| -> Result<Value<'c, 'a>, LowerError> {
+            let ty = TensorType::new([values.len()], DType::I64);
+            let items: Vec<Attribute> =
+                values.iter().map(|&v| IntegerAttribute::new(i64_type, v as i64).into()).collect();
+            let attr = DenseElementsAttribute::new(self.tensor_type(&ty), &items)
+                .map_err(|err| self.error(format!("cannot build shape {values:?}: {err}")))?;
+            self.emit(stablehlo::constant(ctx, self.tensor_type(&ty), attr.into(), self.loc()))
+        };
+        if !values.contains(&DYNAMIC) {
+            return constant(values);
+        }
+        // Runs of static entries are one constant each, `?` the size itself.
+        let mut pieces = Vec::new();
+        for run in values.split_inclusive(|&v| v == DYNAMIC) {
+            let (head, ends_dynamic) = match run.split_last() {
+                Some((&DYNAMIC, head)) => (head, true),
+                _ => (run, false),
+            };
+            if !head.is_empty() {
+                pieces.push(constant(head)?);
+            }
+            if ends_dynamic {
+                pieces.push(self.dynamic_size()?);
+            }
+        }
+        let dim = IntegerAttribute::new(i64_type, 0);
+        let ty = TensorType::new([values.len()], DType::I64);
+        self.emit(stablehlo::concatenate(ctx, self.tensor_type(&ty), &pieces, dim.into(), self.loc()))
+    }
+
     pub fn i64_array(&self, values: &[usize]) -> Attribute<'c> {
         let values: Vec<i64> = values.iter().map(|&v| v as i64).collect();
         DenseI64ArrayAttribute::new(self.ctx(), &values).into()
@@ -259,7 +360,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Input => Err(self.error("inputs are block arguments, not ops")),
             Op::Param { name } => params::load_global(self, globals, name, ty),
             Op::Constant { value } => constant::lower_constant(self, *value, ty),
-            Op::Iota { iota_dimension } => constant::lower_iota(self, *iota_dimension, result),
+            Op::Iota { iota_dimension } => constant::lower_iota(self, *iota_dimension, ty),
             Op::Unary(u) => elementwise::lower_unary(self, *u, operands[0], result),
             Op::Binary(b) => elementwise::lower_binary(self, *b, operands[0], operands[1], result),
             Op::Convert => elementwise::lower_convert(self, operands[0], result),
@@ -269,14 +370,14 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Clamp => elementwise::lower_clamp(self, operands, result),
             Op::Compare(d) => elementwise::lower_compare(self, *d, operands[0], operands[1], result),
             Op::Select => elementwise::lower_select(self, operands, result),
-            Op::Reshape => layout::lower_reshape(self, operands[0], result),
+            Op::Reshape => layout::lower_reshape(self, operands[0], operand_types[0], ty),
             Op::Transpose { permutation } => layout::lower_transpose(self, operands[0], permutation, result),
             Op::BroadcastInDim { broadcast_dimensions } => {
-                layout::lower_broadcast_in_dim(self, operands[0], broadcast_dimensions, result)
+                layout::lower_broadcast_in_dim(self, operands[0], broadcast_dimensions, ty)
             }
             Op::Concatenate { dimension } => layout::lower_concatenate(self, operands, *dimension, result),
             Op::Slice { start_indices, limit_indices, strides } => {
-                layout::lower_slice(self, operands[0], start_indices, limit_indices, strides, result)
+                layout::lower_slice(self, operands[0], operand_types[0], start_indices, limit_indices, strides, result)
             }
             Op::DynamicSlice { slice_sizes } => {
                 dynamic_slice::lower_dynamic_slice(self, operands[0], &operands[1..], slice_sizes, result)

@@ -314,7 +314,8 @@ mod tests {
         )
         .unwrap();
         let start = Instant::now();
-        let logits = interp::run(&graph, std::slice::from_ref(&tokens), &GgufParams(&gguf)).unwrap().remove(0).to_f64_vec();
+        let logits =
+            interp::run(&graph, std::slice::from_ref(&tokens), &GgufParams(&gguf)).unwrap().remove(0).to_f64_vec();
         eprintln!("interpreter: {:.2?} for {} tokens", start.elapsed(), ids.len());
         let vocab = logits.len() / ids.len();
         let last = &logits[(ids.len() - 1) * vocab..];

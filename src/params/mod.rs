@@ -36,10 +36,8 @@ impl Globals {
 /// An MLIR bare identifier close to the checkpoint name: `blk.0.attn_q.weight`
 /// stays as is; other characters become `_`.
 pub fn symbol_name(param: &str) -> String {
-    let mut s: String = param
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' })
-        .collect();
+    let mut s: String =
+        param.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' }).collect();
     if !s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
         s.insert(0, '_');
     }

@@ -53,7 +53,13 @@ impl Tracer {
         Tracer { graph: RefCell::new(Graph::new(name)) }
     }
 
-    fn push(&self, prefix: &str, op: Op, operands: &[&Tensor<'_>], declared: Option<TensorType>) -> Result<Tensor<'_>, TraceError> {
+    fn push(
+        &self,
+        prefix: &str,
+        op: Op,
+        operands: &[&Tensor<'_>],
+        declared: Option<TensorType>,
+    ) -> Result<Tensor<'_>, TraceError> {
         let op_name = op.name();
         if operands.iter().any(|t| !std::ptr::eq(t.tracer, self)) {
             return Err(TraceError::ForeignTensor { op: op_name });
@@ -245,7 +251,12 @@ impl<'t> Tensor<'t> {
         self.tracer.push("", op, &[self], Some(TensorType::new(shape, self.ty.dtype)))
     }
 
-    pub fn slice(&self, start_indices: &[usize], limit_indices: &[usize], strides: &[usize]) -> Result<Tensor<'t>, TraceError> {
+    pub fn slice(
+        &self,
+        start_indices: &[usize],
+        limit_indices: &[usize],
+        strides: &[usize],
+    ) -> Result<Tensor<'t>, TraceError> {
         let op = Op::Slice {
             start_indices: start_indices.to_vec(),
             limit_indices: limit_indices.to_vec(),
@@ -256,21 +267,35 @@ impl<'t> Tensor<'t> {
 
     /// A `slice_sizes` slice starting at the runtime `start_indices` (scalar
     /// integers, one per dim), clamped to stay inside `self`.
-    pub fn dynamic_slice(&self, start_indices: &[&Tensor<'_>], slice_sizes: &[usize]) -> Result<Tensor<'t>, TraceError> {
+    pub fn dynamic_slice(
+        &self,
+        start_indices: &[&Tensor<'_>],
+        slice_sizes: &[usize],
+    ) -> Result<Tensor<'t>, TraceError> {
         let operands: Vec<&Tensor<'_>> = std::iter::once(self).chain(start_indices.iter().copied()).collect();
         self.tracer.push("", Op::DynamicSlice { slice_sizes: slice_sizes.to_vec() }, &operands, None)
     }
 
     /// `self` with `update` written at the runtime `start_indices` (clamped
     /// like `dynamic_slice`'s): e.g. a KV cache at the decode position.
-    pub fn dynamic_update_slice(&self, update: &Tensor<'_>, start_indices: &[&Tensor<'_>]) -> Result<Tensor<'t>, TraceError> {
+    pub fn dynamic_update_slice(
+        &self,
+        update: &Tensor<'_>,
+        start_indices: &[&Tensor<'_>],
+    ) -> Result<Tensor<'t>, TraceError> {
         let operands: Vec<&Tensor<'_>> = [self, update].into_iter().chain(start_indices.iter().copied()).collect();
         self.tracer.push("", Op::DynamicUpdateSlice, &operands, None)
     }
 
     /// Pads each dim with `padding_value` (a scalar): `low` before, `high`
     /// after and `interior` between elements.
-    pub fn pad(&self, padding_value: &Tensor<'_>, low: &[usize], high: &[usize], interior: &[usize]) -> Result<Tensor<'t>, TraceError> {
+    pub fn pad(
+        &self,
+        padding_value: &Tensor<'_>,
+        low: &[usize],
+        high: &[usize],
+        interior: &[usize],
+    ) -> Result<Tensor<'t>, TraceError> {
         let op = Op::Pad {
             edge_padding_low: low.to_vec(),
             edge_padding_high: high.to_vec(),
@@ -342,7 +367,8 @@ mod tests {
         let low = packed.and(&t.constant(15.0, TensorType::new([8], DType::UI8)).unwrap()).unwrap();
         let high = packed.shift_right_logical(&four).unwrap();
         assert_eq!(high.ty, low.ty);
-        let scales = t.param("scales", TensorType::new([4, 2], DType::I8)).unwrap().bitcast_convert(DType::F16).unwrap();
+        let scales =
+            t.param("scales", TensorType::new([4, 2], DType::I8)).unwrap().bitcast_convert(DType::F16).unwrap();
         assert_eq!(scales.ty, TensorType::new([4], DType::F16));
         assert_eq!(scales.bitcast_convert(DType::UI8).unwrap().ty, TensorType::new([4, 2], DType::UI8));
         let err = packed.bitcast_convert(DType::F32).unwrap_err().to_string();

@@ -1,9 +1,9 @@
 //! Checkpoint files, memory-mapped so weights are never copied to be read.
 
 pub mod ggml;
-pub mod quant;
-pub mod hf_config;
 pub mod gguf;
+pub mod hf_config;
+pub mod quant;
 pub mod safetensors;
 
 use std::path::PathBuf;

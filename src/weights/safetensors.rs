@@ -249,9 +249,7 @@ fn parse(path: &Path, map: &[u8]) -> Result<(usize, Vec<Entry>, BTreeMap<String,
             return Err(tensor_err(format!("data_offsets [{begin}, {end}] end before they begin")));
         }
         if end > data_len {
-            return Err(tensor_err(format!(
-                "data_offsets [{begin}, {end}] run past the {data_len}-byte data section"
-            )));
+            return Err(tensor_err(format!("data_offsets [{begin}, {end}] run past the {data_len}-byte data section")));
         }
         let need = dtype.byte_len(&raw.shape).ok_or_else(|| {
             tensor_err(format!("shape {:?} of {dtype} overflows or is not a whole number of bytes", raw.shape))
@@ -520,7 +518,11 @@ impl ShardedSafeTensors {
         }
         for shard in &shards {
             if let Some(t) = shard.tensors().find(|t| !weight_map.contains_key(t.name)) {
-                return Err(bad(format!("{} holds \"{}\", which the index does not list", shard.path().display(), t.name)));
+                return Err(bad(format!(
+                    "{} holds \"{}\", which the index does not list",
+                    shard.path().display(),
+                    t.name
+                )));
             }
         }
         Ok(ShardedSafeTensors { shards, weight_map })

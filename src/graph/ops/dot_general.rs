@@ -54,7 +54,10 @@ pub fn infer_dot_general(lhs: &TensorType, rhs: &TensorType, dims: &DotDimension
             return Err(ShapeError::new(
                 op,
                 "C10",
-                format!("contracting sizes differ: lhs[{l}]={}, rhs[{r}]={} ({lhs} x {rhs})", lhs.shape[l], rhs.shape[r]),
+                format!(
+                    "contracting sizes differ: lhs[{l}]={}, rhs[{r}]={} ({lhs} x {rhs})",
+                    lhs.shape[l], rhs.shape[r]
+                ),
             ));
         }
     }

@@ -6,7 +6,7 @@
 //! `adjusted_start_indices = clamp(0, start_indices, shape(operand) - sizes)`.
 
 use super::same_dtype;
-use crate::graph::{ShapeError, TensorType};
+use crate::graph::{ShapeError, TensorType, DYNAMIC};
 
 /// dynamic_slice_c1..c5: one scalar integer start index per dim, all of one
 /// type; `0 <= slice_sizes[k] <= dim(operand, k)`; result shape = slice_sizes.
@@ -30,6 +30,11 @@ pub fn infer_dynamic_slice(
     }
     check_start_indices(op, "C3", start_indices)?;
     for (k, (&size, &dim)) in slice_sizes.iter().zip(&operand.shape).enumerate() {
+        if size == DYNAMIC {
+            return Err(ShapeError::new(op, "C4", format!("slice_sizes[{k}] must be static, found ?")));
+        }
+        // A `?` operand dim is checked when the function runs: the start is
+        // clamped, and a slice larger than the dim is an error there.
         if size > dim {
             return Err(ShapeError::new(op, "C4", format!("slice_sizes[{k}] = {size} exceeds dim {k} of {operand}")));
         }
@@ -58,7 +63,9 @@ pub fn infer_dynamic_update_slice(
         ));
     }
     check_start_indices(op, "C5", start_indices)?;
-    if let Some(k) = (0..operand.rank()).find(|&k| update.shape[k] > operand.shape[k]) {
+    // An update dim of `?` into a static dim (a prompt into a KV cache) is
+    // checked when the function runs.
+    if let Some(k) = (0..operand.rank()).find(|&k| update.shape[k] != DYNAMIC && update.shape[k] > operand.shape[k]) {
         return Err(ShapeError::new(op, "C6", format!("update {update} is larger than operand {operand} in dim {k}")));
     }
     Ok(operand.clone())

@@ -265,7 +265,10 @@ mod tests {
             assert_eq!(infer_unary(op, &t("tensor<3xi8>")).unwrap(), t("tensor<3xi8>"));
             assert_eq!(infer_unary(op, &t("tensor<3xf16>")).unwrap(), t("tensor<3xf16>"));
             let err = infer_unary(op, &t("tensor<3xui8>")).unwrap_err();
-            assert_eq!((err.rule, err.message.as_str()), ("C1", "operand must be a float or signed integer tensor, found tensor<3xui8>"));
+            assert_eq!(
+                (err.rule, err.message.as_str()),
+                ("C1", "operand must be a float or signed integer tensor, found tensor<3xui8>")
+            );
             assert!(infer_unary(op, &t("tensor<3xi1>")).is_err());
         }
     }

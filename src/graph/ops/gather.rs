@@ -8,7 +8,11 @@ use crate::graph::{ShapeError, TensorType};
 
 pub fn infer_gather(operand: &TensorType, indices: &TensorType) -> Result<TensorType, ShapeError> {
     if operand.rank() == 0 {
-        return Err(ShapeError::new("gather", "kiln", format!("operand must have rank >= 1 (rows to pick), found {operand}")));
+        return Err(ShapeError::new(
+            "gather",
+            "kiln",
+            format!("operand must have rank >= 1 (rows to pick), found {operand}"),
+        ));
     }
     if !indices.dtype.is_integer() {
         return Err(ShapeError::new("gather", "C13", format!("indices must be an integer tensor, found {indices}")));

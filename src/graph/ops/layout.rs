@@ -2,19 +2,30 @@
 //! broadcast_in_dim, concatenate, slice, pad.
 
 use super::{check_dims, same_dtype};
-use crate::graph::{ShapeError, TensorType};
+use crate::graph::{ShapeError, TensorType, DYNAMIC};
 
-/// reshape_c1 (same element type), reshape_c2 (same element count).
+/// reshape_c1 (same element type), reshape_c2 (same element count). With
+/// `?` dims both sides need as many `?` and the same static element count,
+/// which is the same count for every run-time size.
 pub fn infer_reshape(operand: &TensorType, declared: &TensorType) -> Result<TensorType, ShapeError> {
     same_dtype("reshape", "C1", operand, declared)?;
-    if operand.num_elements() != declared.num_elements() {
+    if operand.dynamic_rank() != declared.dynamic_rank() || operand.dynamic_rank() > 1 {
+        return Err(ShapeError::new(
+            "reshape",
+            "C2",
+            format!(
+                "{operand} -> {declared}: a reshape keeps its one ? dim, if any (a ? dim cannot be split or merged)"
+            ),
+        ));
+    }
+    if operand.static_num_elements() != declared.static_num_elements() {
         return Err(ShapeError::new(
             "reshape",
             "C2",
             format!(
                 "element counts differ: operand {operand} has {}, result {declared} has {}",
-                operand.num_elements(),
-                declared.num_elements()
+                operand.static_num_elements().unwrap_or(usize::MAX),
+                declared.static_num_elements().unwrap_or(usize::MAX)
             ),
         ));
     }
@@ -28,7 +39,11 @@ pub fn infer_transpose(operand: &TensorType, permutation: &[usize]) -> Result<Te
         return Err(ShapeError::new(
             "transpose",
             "C2",
-            format!("permutation {permutation:?} has {} entries for operand {operand} of rank {}", permutation.len(), operand.rank()),
+            format!(
+                "permutation {permutation:?} has {} entries for operand {operand} of rank {}",
+                permutation.len(),
+                operand.rank()
+            ),
         ));
     }
     check_dims("transpose", "C2", "permutation", permutation, operand.rank())?;
@@ -70,13 +85,17 @@ pub fn infer_broadcast_in_dim(
 pub fn infer_concatenate(inputs: &[&TensorType], dimension: usize) -> Result<TensorType, ShapeError> {
     let first = inputs.first().ok_or_else(|| ShapeError::new("concatenate", "C2", "needs at least one input"))?;
     if dimension >= first.rank() {
-        return Err(ShapeError::new("concatenate", "C4", format!("dimension {dimension} is out of bounds for {first}")));
+        return Err(ShapeError::new(
+            "concatenate",
+            "C4",
+            format!("dimension {dimension} is out of bounds for {first}"),
+        ));
     }
     let mut shape = first.shape.clone();
     for (i, t) in inputs.iter().enumerate().skip(1) {
         same_dtype("concatenate", "C1", first, t)?;
-        let compatible = t.rank() == first.rank()
-            && (0..t.rank()).all(|d| d == dimension || t.shape[d] == first.shape[d]);
+        let compatible =
+            t.rank() == first.rank() && (0..t.rank()).all(|d| d == dimension || t.shape[d] == first.shape[d]);
         if !compatible {
             return Err(ShapeError::new(
                 "concatenate",
@@ -84,13 +103,21 @@ pub fn infer_concatenate(inputs: &[&TensorType], dimension: usize) -> Result<Ten
                 format!("input ({i}) {t} does not match input (0) {first} outside dimension {dimension}"),
             ));
         }
-        shape[dimension] += t.shape[dimension];
+        shape[dimension] = shape[dimension].saturating_add(t.shape[dimension]);
+    }
+    if inputs.iter().any(|t| t.shape[dimension] == DYNAMIC) {
+        return Err(ShapeError::new(
+            "concatenate",
+            "C6",
+            format!("dimension {dimension} is ? in an input: the result would have a new run-time size"),
+        ));
     }
     Ok(TensorType::new(shape, first.dtype))
 }
 
 /// slice_c2..c4: one start/limit/stride per dim, `0 <= start <= limit <= size`,
-/// `stride > 0`; result dim = ceil((limit - start) / stride).
+/// `stride > 0`; result dim = ceil((limit - start) / stride). A `?` dim is
+/// taken whole: start 0, limit `?`, stride 1.
 pub fn infer_slice(
     operand: &TensorType,
     start_indices: &[usize],
@@ -108,6 +135,17 @@ pub fn infer_slice(
     let mut shape = Vec::with_capacity(rank);
     for d in 0..rank {
         let (start, limit, stride) = (start_indices[d], limit_indices[d], strides[d]);
+        if operand.shape[d] == DYNAMIC || limit == DYNAMIC {
+            if (start, limit, stride, operand.shape[d]) != (0, DYNAMIC, 1, DYNAMIC) {
+                return Err(ShapeError::new(
+                    "slice",
+                    "C3",
+                    format!("dim {d} of {operand}: a ? dim is sliced whole (start 0, limit ?, stride 1)"),
+                ));
+            }
+            shape.push(DYNAMIC);
+            continue;
+        }
         if !(start <= limit && limit <= operand.shape[d]) {
             return Err(ShapeError::new(
                 "slice",
@@ -154,6 +192,17 @@ pub fn infer_pad(
     let mut shape = Vec::with_capacity(rank);
     for d in 0..rank {
         let size = operand.shape[d];
+        if size == DYNAMIC {
+            if (edge_padding_low[d], edge_padding_high[d], interior_padding[d]) != (0, 0, 0) {
+                return Err(ShapeError::new(
+                    "pad",
+                    "C4",
+                    format!("dim {d} of {operand} is ?: padding it would make a new run-time size"),
+                ));
+            }
+            shape.push(DYNAMIC);
+            continue;
+        }
         let padded = size.saturating_sub(1).checked_mul(interior_padding[d]).and_then(|interior| {
             [edge_padding_low[d], edge_padding_high[d], size].into_iter().try_fold(interior, usize::checked_add)
         });
@@ -196,6 +245,25 @@ mod tests {
         assert_eq!(infer_concatenate(&[&a, &b], 1).unwrap_err().rule, "C3");
         assert_eq!(infer_slice(&b, &[1, 0], &[4, 3], &[2, 1]).unwrap(), t("tensor<2x3xf32>"));
         assert_eq!(infer_slice(&b, &[0, 0], &[5, 3], &[1, 1]).unwrap_err().rule, "C3");
+    }
+
+    #[test]
+    fn dynamic_dims_follow_one_run_time_size() {
+        let x = t("tensor<1x?x64xf32>");
+        assert_eq!(infer_reshape(&x, &t("tensor<?x4x16xf32>")).unwrap(), t("tensor<?x4x16xf32>"));
+        assert_eq!(infer_reshape(&x, &t("tensor<?x64xf32>")).unwrap(), t("tensor<?x64xf32>"));
+        assert_eq!(infer_reshape(&x, &t("tensor<?x65xf32>")).unwrap_err().rule, "C2");
+        assert_eq!(infer_reshape(&x, &t("tensor<64xf32>")).unwrap_err().rule, "C2");
+        assert!(infer_concatenate(&[&x, &x], 2).is_ok());
+        assert_eq!(infer_concatenate(&[&x, &x], 1).unwrap_err().rule, "C6");
+        assert_eq!(infer_slice(&x, &[0, 0, 2], &[1, DYNAMIC, 64], &[1, 1, 2]).unwrap(), t("tensor<1x?x31xf32>"));
+        assert_eq!(infer_slice(&x, &[0, 1, 0], &[1, DYNAMIC, 64], &[1, 1, 1]).unwrap_err().rule, "C3");
+        assert_eq!(infer_slice(&x, &[0, 0, 0], &[1, 3, 64], &[1, 1, 1]).unwrap_err().rule, "C3");
+        let zero = t("tensor<f32>");
+        assert_eq!(infer_pad(&x, &zero, &[0, 0, 1], &[0, 0, 0], &[0, 0, 0]).unwrap(), t("tensor<1x?x65xf32>"));
+        assert_eq!(infer_pad(&x, &zero, &[0, 1, 0], &[0, 0, 0], &[0, 0, 0]).unwrap_err().rule, "C4");
+        assert!(infer_broadcast_in_dim(&t("tensor<?xf32>"), &[1], &t("tensor<2x?xf32>")).is_ok());
+        assert_eq!(infer_broadcast_in_dim(&t("tensor<?xf32>"), &[1], &t("tensor<2x3xf32>")).unwrap_err().rule, "C5");
     }
 
     #[test]

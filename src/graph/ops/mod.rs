@@ -27,10 +27,16 @@ pub enum Op {
     /// A function argument; its type is declared.
     Input,
     /// A named weight; becomes a `util.global`, never a function argument.
-    Param { name: String },
+    Param {
+        name: String,
+    },
     /// A splat constant of the declared type.
-    Constant { value: f64 },
-    Iota { iota_dimension: usize },
+    Constant {
+        value: f64,
+    },
+    Iota {
+        iota_dimension: usize,
+    },
     Unary(UnaryOp),
     Binary(BinaryOp),
     /// Element type conversion to the declared type's dtype.
@@ -46,21 +52,40 @@ pub enum Op {
     Select,
     /// To the declared shape, same element count.
     Reshape,
-    Transpose { permutation: Vec<usize> },
+    Transpose {
+        permutation: Vec<usize>,
+    },
     /// To the declared shape.
-    BroadcastInDim { broadcast_dimensions: Vec<usize> },
-    Concatenate { dimension: usize },
-    Slice { start_indices: Vec<usize>, limit_indices: Vec<usize>, strides: Vec<usize> },
+    BroadcastInDim {
+        broadcast_dimensions: Vec<usize>,
+    },
+    Concatenate {
+        dimension: usize,
+    },
+    Slice {
+        start_indices: Vec<usize>,
+        limit_indices: Vec<usize>,
+        strides: Vec<usize>,
+    },
     /// `dynamic_slice(operand, start_indices...)`: one scalar index per dim.
-    DynamicSlice { slice_sizes: Vec<usize> },
+    DynamicSlice {
+        slice_sizes: Vec<usize>,
+    },
     /// `dynamic_update_slice(operand, update, start_indices...)`.
     DynamicUpdateSlice,
     /// `pad(operand, padding_value)`.
-    Pad { edge_padding_low: Vec<usize>, edge_padding_high: Vec<usize>, interior_padding: Vec<usize> },
+    Pad {
+        edge_padding_low: Vec<usize>,
+        edge_padding_high: Vec<usize>,
+        interior_padding: Vec<usize>,
+    },
     DotGeneral(DotDimensions),
     /// Embedding row lookup: `operand[indices[...], :]`.
     Gather,
-    Reduce { kind: ReduceKind, dimensions: Vec<usize> },
+    Reduce {
+        kind: ReduceKind,
+        dimensions: Vec<usize>,
+    },
 }
 
 /// An attribute value in the graph text: `3`, `1.5`, `[1, 0]`, `LT`.
@@ -80,7 +105,8 @@ impl fmt::Display for AttrValue {
             // `{:?}` prints the shortest text that parses back to the same f64.
             AttrValue::Float(x) => write!(f, "{x:?}"),
             AttrValue::Ints(v) => {
-                let items: Vec<String> = v.iter().map(|i| i.to_string()).collect();
+                let items: Vec<String> =
+                    v.iter().map(|&i| if i == super::DYNAMIC { "?".to_string() } else { i.to_string() }).collect();
                 write!(f, "[{}]", items.join(", "))
             }
             AttrValue::Ident(s) => f.write_str(s),
@@ -151,7 +177,9 @@ impl Op {
             | Op::BroadcastInDim { .. }
             | Op::Slice { .. }
             | Op::Reduce { .. } => (1, false),
-            Op::Binary(_) | Op::Bitwise(_) | Op::Compare(_) | Op::Pad { .. } | Op::DotGeneral(_) | Op::Gather => (2, false),
+            Op::Binary(_) | Op::Bitwise(_) | Op::Compare(_) | Op::Pad { .. } | Op::DotGeneral(_) | Op::Gather => {
+                (2, false)
+            }
             Op::Clamp | Op::Select => (3, false),
             Op::Concatenate { .. } => (0, true),
             Op::DynamicSlice { .. } => (1, true),
@@ -159,7 +187,11 @@ impl Op {
         };
         if operands.len() < arity || (!variadic && operands.len() != arity) {
             let least = if variadic { "at least " } else { "" };
-            return Err(ShapeError::new(op, "kiln", format!("expects {least}{arity} operands, got {}", operands.len())));
+            return Err(ShapeError::new(
+                op,
+                "kiln",
+                format!("expects {least}{arity} operands, got {}", operands.len()),
+            ));
         }
         let declared = match (self.takes_declared_type(), declared) {
             (true, Some(d)) => Some(d),
@@ -167,8 +199,13 @@ impl Op {
             (false, _) => None,
         };
         if let Some(d) = declared {
-            if d.checked_num_elements().is_none() {
+            if d.static_num_elements().is_none() {
                 return Err(ShapeError::new(op, "kiln", format!("the element count of {d} overflows")));
+            }
+        }
+        if let (Op::Param { .. }, Some(d)) = (self, declared) {
+            if d.is_dynamic() {
+                return Err(ShapeError::new(op, "kiln", format!("a weight has a static type, found {d}")));
             }
         }
         let inferred = match self {
@@ -385,7 +422,12 @@ pub(crate) fn check_dims(
     Ok(())
 }
 
-pub(crate) fn same_dtype(op: &'static str, rule: &'static str, a: &TensorType, b: &TensorType) -> Result<(), ShapeError> {
+pub(crate) fn same_dtype(
+    op: &'static str,
+    rule: &'static str,
+    a: &TensorType,
+    b: &TensorType,
+) -> Result<(), ShapeError> {
     if a.dtype != b.dtype {
         return Err(ShapeError::new(op, rule, format!("element types differ: {a} vs {b}")));
     }
@@ -399,7 +441,12 @@ pub(crate) fn require_float(op: &'static str, t: &TensorType) -> Result<(), Shap
     Ok(())
 }
 
-pub(crate) fn require_dtype(op: &'static str, rule: &'static str, t: &TensorType, dtype: DType) -> Result<(), ShapeError> {
+pub(crate) fn require_dtype(
+    op: &'static str,
+    rule: &'static str,
+    t: &TensorType,
+    dtype: DType,
+) -> Result<(), ShapeError> {
     if t.dtype != dtype {
         return Err(ShapeError::new(op, rule, format!("expected element type {dtype}, found {t}")));
     }
