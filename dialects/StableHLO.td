@@ -158,9 +158,14 @@ def StableHLO_DynamicReshapeOp : StableHLO_Op<"dynamic_reshape"> {
   let results = (outs AnyTensor:$result);
 }
 
+// The hints say which operand dims expand (size 1 to more) and which keep
+// their size: iree-compile cannot legalize the op without them when an
+// operand dim is `?` ("failed to legalize ... explicitly marked illegal").
 def StableHLO_DynamicBroadcastInDimOp : StableHLO_Op<"dynamic_broadcast_in_dim"> {
   let arguments = (ins AnyTensor:$operand, AnyTensor:$output_dimensions,
-                   DenseI64ArrayAttr:$broadcast_dimensions);
+                   DenseI64ArrayAttr:$broadcast_dimensions,
+                   DenseI64ArrayAttr:$known_expanding_dimensions,
+                   DenseI64ArrayAttr:$known_nonexpanding_dimensions);
   let results = (outs AnyTensor:$result);
 }
 

@@ -188,6 +188,11 @@ impl Value {
         Ok(Value { ty: ty.clone(), data })
     }
 
+    /// The same values as `dtype`, by `convert`'s rules.
+    pub fn convert(&self, dtype: DType) -> Value {
+        Value { ty: self.ty.with_dtype(dtype), data: elementwise::convert(&self.data, dtype) }
+    }
+
     pub fn to_le_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.data.len() * self.ty.dtype.size_in_bytes());
         each_buffer!(&self.data, v => v.iter().for_each(|x| x.write_le(&mut out)));

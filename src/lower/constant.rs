@@ -36,17 +36,8 @@ pub(super) fn lower_constant<'c, 'a>(
     if ty.is_dynamic() {
         let scalar = TensorType::new([], ty.dtype);
         let attr = splat_attribute(e, value, &scalar)?;
-        let scalar = e.emit(stablehlo::constant(e.ctx(), e.tensor_type(&scalar), attr, e.loc()))?;
-        let shape = e.shape_tensor(&ty.shape)?;
-        let no_dims = e.i64_array(&[]);
-        return e.emit(stablehlo::dynamic_broadcast_in_dim(
-            e.ctx(),
-            e.tensor_type(ty),
-            scalar,
-            shape,
-            no_dims,
-            e.loc(),
-        ));
+        let splat = e.emit(stablehlo::constant(e.ctx(), e.tensor_type(&scalar), attr, e.loc()))?;
+        return super::layout::lower_dynamic_broadcast_in_dim(e, splat, &scalar, &[], ty);
     }
     let attr = splat_attribute(e, value, ty)?;
     e.emit(stablehlo::constant(e.ctx(), e.tensor_type(ty), attr, e.loc()))

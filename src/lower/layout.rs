@@ -63,15 +63,40 @@ pub(super) fn lower_transpose<'c, 'a>(
 pub(super) fn lower_broadcast_in_dim<'c, 'a>(
     e: &Emitter<'c, 'a>,
     operand: Value<'c, 'a>,
+    operand_type: &TensorType,
     broadcast_dimensions: &[usize],
     ty: &TensorType,
 ) -> Result<Value<'c, 'a>, LowerError> {
-    let dims = e.i64_array(broadcast_dimensions);
     if ty.is_dynamic() {
-        let shape = e.shape_tensor(&ty.shape)?;
-        return e.emit(stablehlo::dynamic_broadcast_in_dim(e.ctx(), e.tensor_type(ty), operand, shape, dims, e.loc()));
+        return lower_dynamic_broadcast_in_dim(e, operand, operand_type, broadcast_dimensions, ty);
     }
+    let dims = e.i64_array(broadcast_dimensions);
     e.emit(stablehlo::broadcast_in_dim(e.ctx(), e.tensor_type(ty), operand, dims, e.loc()))
+}
+
+/// `dynamic_broadcast_in_dim` to `ty`, with every operand dim marked as
+/// expanding (size 1 to more) or not; a `?` operand dim keeps its size, as
+/// every `?` is the same run-time size.
+pub(super) fn lower_dynamic_broadcast_in_dim<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    operand: Value<'c, 'a>,
+    operand_type: &TensorType,
+    broadcast_dimensions: &[usize],
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let (expanding, kept): (Vec<usize>, Vec<usize>) =
+        (0..operand_type.rank()).partition(|&i| operand_type.shape[i] == 1 && ty.shape[broadcast_dimensions[i]] != 1);
+    let shape = e.shape_tensor(&ty.shape)?;
+    e.emit(stablehlo::dynamic_broadcast_in_dim(
+        e.ctx(),
+        e.tensor_type(ty),
+        operand,
+        shape,
+        e.i64_array(broadcast_dimensions),
+        e.i64_array(&expanding),
+        e.i64_array(&kept),
+        e.loc(),
+    ))
 }
 
 pub(super) fn lower_concatenate<'c, 'a>(

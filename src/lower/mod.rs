@@ -373,7 +373,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Reshape => layout::lower_reshape(self, operands[0], operand_types[0], ty),
             Op::Transpose { permutation } => layout::lower_transpose(self, operands[0], permutation, result),
             Op::BroadcastInDim { broadcast_dimensions } => {
-                layout::lower_broadcast_in_dim(self, operands[0], broadcast_dimensions, ty)
+                layout::lower_broadcast_in_dim(self, operands[0], operand_types[0], broadcast_dimensions, ty)
             }
             Op::Concatenate { dimension } => layout::lower_concatenate(self, operands, *dimension, result),
             Op::Slice { start_indices, limit_indices, strides } => {

