@@ -4,6 +4,7 @@ pub mod ggml;
 pub mod quant;
 pub mod hf_config;
 pub mod gguf;
+pub mod gguf_writer;
 pub mod safetensors;
 
 use std::path::PathBuf;
