@@ -44,7 +44,13 @@ pub struct AtomicFile {
 
 impl AtomicFile {
     pub fn create(path: &Path) -> std::io::Result<AtomicFile> {
-        let tmp = tempfile::Builder::new().prefix(".kiln-").tempfile_in(Self::dir(path))?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".kiln-");
+        // Temporary files are private (0600); the result should get the
+        // umask's usual mode, as a file created in place would.
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let tmp = builder.tempfile_in(Self::dir(path))?;
         Ok(AtomicFile { tmp, path: path.to_path_buf() })
     }
 

@@ -5,6 +5,7 @@ pub mod quant;
 pub mod hf_config;
 pub mod gguf;
 pub mod gguf_writer;
+pub mod synth;
 pub mod safetensors;
 
 use std::path::PathBuf;
