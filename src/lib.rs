@@ -19,20 +19,61 @@ pub mod tokenizer;
 pub mod trace;
 pub mod weights;
 
+use std::fs::File;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Writes `bytes` to `path` through a temporary file in the same directory
 /// and a rename, so readers never see a partial file and a failed write
 /// leaves nothing behind.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    let mut file = AtomicFile::create(path)?;
+    file.file().write_all(bytes)?;
+    file.commit()
+}
+
+/// A file that appears at its path complete and synced, or not at all: it is
+/// written as a temporary file in the destination's directory (so the final
+/// rename stays on one filesystem) and renamed over the path by
+/// [`AtomicFile::commit`]. Dropping it uncommitted deletes the temporary
+/// file, so an error anywhere in a long streaming write leaves nothing.
+pub struct AtomicFile {
+    tmp: tempfile::NamedTempFile,
+    path: PathBuf,
+}
+
+impl AtomicFile {
+    pub fn create(path: &Path) -> std::io::Result<AtomicFile> {
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".kiln-");
+        // Temporary files are private (0600); the result should get the
+        // umask's usual mode, as a file created in place would.
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let tmp = builder.tempfile_in(Self::dir(path))?;
+        Ok(AtomicFile { tmp, path: path.to_path_buf() })
+    }
+
+    fn dir(path: &Path) -> &Path {
+        match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        }
+    }
+
+    /// The temporary file, to write, seek and size freely before committing.
+    pub fn file(&mut self) -> &mut File {
+        self.tmp.as_file_mut()
+    }
+
+    /// Syncs the data, renames the file over the destination and syncs the
+    /// directory (best effort: the file is complete either way).
+    pub fn commit(self) -> std::io::Result<()> {
+        self.tmp.as_file().sync_all()?;
+        self.tmp.persist(&self.path).map_err(|e| e.error)?;
+        if let Ok(dir) = File::open(Self::dir(&self.path)) {
+            let _ = dir.sync_all();
+        }
+        Ok(())
+    }
 }

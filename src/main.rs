@@ -1,11 +1,13 @@
 //! The `kiln` command line: a thin layer over the library.
 
 use anyhow::{Context as _, Result};
-use clap::{Parser, Subcommand};
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
+use clap::{Parser, Subcommand, ValueEnum};
 use kiln::check::{self, CheckOptions};
 use kiln::graph::text;
 use kiln::iree::Iree;
 use kiln::lower::{self, LowerOptions};
+use kiln::weights::synth::{self, Preset, SynthData};
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
@@ -65,6 +67,38 @@ enum Command {
         #[arg(long = "dynamic-size", value_delimiter = ',', default_values_t = [2, 5])]
         dynamic_sizes: Vec<usize>,
     },
+    /// Developer tools.
+    Dev {
+        #[command(subcommand)]
+        command: DevCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum DevCommand {
+    /// Write a synthetic GGUF checkpoint with a real model's names, shapes,
+    /// types and metadata (llama.cpp's Q4_K_M mix) but made-up data, in
+    /// bounded memory.
+    Synth {
+        #[arg(value_parser = PossibleValuesParser::new(Preset::ALL.map(|p| p.name())).try_map(|s| s.parse::<Preset>()))]
+        preset: Preset,
+        /// The .gguf to write (replaced atomically).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// `zeros` leaves holes (a sparse file); `seeded` writes valid
+        /// pseudo-random blocks.
+        #[arg(long, value_enum, default_value_t = Data::Zeros)]
+        data: Data,
+        /// Seed of `--data seeded`.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Data {
+    Zeros,
+    Seeded,
 }
 
 fn read_graph(path: &Path) -> Result<kiln::graph::Graph> {
@@ -141,6 +175,24 @@ fn run(cli: Cli) -> Result<()> {
             if !report.ok() {
                 anyhow::bail!("IREE's results differ from the reference interpreter (rtol {rtol}, atol {atol})");
             }
+        }
+        Command::Dev { command: DevCommand::Synth { preset, output, data, seed } } => {
+            let start = std::time::Instant::now();
+            let (data, described) = match data {
+                Data::Zeros => (SynthData::Zeros, "zeros".to_string()),
+                Data::Seeded => (SynthData::Seeded(seed), format!("seeded({seed})")),
+            };
+            let s = synth::write(&preset.config(), &output, data)?;
+            println!(
+                "{preset}: {} params ({:.2}B), {} bytes ({:.2} GiB), {} tensors, {described} data, {:.1}s -> {}",
+                s.elements,
+                s.elements as f64 / 1e9,
+                s.file_size,
+                s.file_size as f64 / (1u64 << 30) as f64,
+                s.tensors,
+                start.elapsed().as_secs_f64(),
+                output.display()
+            );
         }
     }
     Ok(())

@@ -20,12 +20,12 @@ use std::path::{Path, PathBuf};
 /// Alignment of the data section and of every tensor when the file does not
 /// set `general.alignment`.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
-const ALIGNMENT_KEY: &str = "general.alignment";
+pub const ALIGNMENT_KEY: &str = "general.alignment";
 /// `GGML_MAX_DIMS`.
 pub const MAX_DIMS: usize = 4;
 /// Arrays of arrays nest at most this deep, so a hostile file cannot exhaust
 /// the stack (gguf-py writes nested arrays; llama.cpp itself writes none).
-const MAX_ARRAY_DEPTH: usize = 16;
+pub const MAX_ARRAY_DEPTH: usize = 16;
 /// Fewest bytes a key/value takes (key length, value type, one byte) and a
 /// tensor info takes (name length, n_dims, type, offset): they bound the
 /// counts in the header before anything is sized by them.

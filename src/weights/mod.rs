@@ -2,9 +2,11 @@
 
 pub mod ggml;
 pub mod gguf;
+pub mod gguf_writer;
 pub mod hf_config;
 pub mod quant;
 pub mod safetensors;
+pub mod synth;
 
 use std::path::PathBuf;
 use thiserror::Error;
