@@ -349,7 +349,8 @@ mod tests {
             (16, 2048, 8192, 32, 8, 64)
         );
         assert_eq!((c.vocab_size, c.rope_freq_base, c.rms_norm_eps as f32), (128256, 500000.0, 1e-5));
-        let graph = llama::prefill(&g, 4).unwrap();
+        let weights = crate::models::GgufWeights::new(&g, crate::models::PackedPolicy::Keep).unwrap();
+        let graph = llama::prefill(&weights, crate::graph::DYNAMIC).unwrap();
         // One param per tensor: the tied head is token_embd itself.
         assert_eq!(graph.params().count(), g.tensors().len());
     }
