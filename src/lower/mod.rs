@@ -101,11 +101,28 @@ impl Session {
 
     /// Lowers `graph` into a verified module with one function named after it.
     pub fn lower(&self, graph: &Graph, options: &LowerOptions) -> Result<Module<'_>, LowerError> {
+        self.lower_functions(&[graph], options)
+    }
+
+    /// Lowers `graphs` into one verified module, a function per graph (named
+    /// after it) sharing one global per param name: a model's entry points
+    /// (`prefill`, `decode`) read the same weights.
+    pub fn lower_functions(&self, graphs: &[&Graph], options: &LowerOptions) -> Result<Module<'_>, LowerError> {
         let ctx = &self.context;
         self.take_diagnostics();
         let module = Module::new(Location::unknown(ctx));
-        let globals = params::declare_globals(self, &module, graph, options)?;
+        let globals = params::declare_globals(self, &module, graphs, options)?;
+        for graph in graphs {
+            self.lower_function(&module, graph, &globals)?;
+        }
+        if !module.as_operation().verify() {
+            return Err(LowerError::Verify { diagnostics: self.take_diagnostics() });
+        }
+        Ok(module)
+    }
 
+    fn lower_function(&self, module: &Module<'_>, graph: &Graph, globals: &params::Globals) -> Result<(), LowerError> {
+        let ctx = &self.context;
         let arg_types: Vec<Type> = graph.inputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
         let result_types: Vec<Type> = graph.outputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
         let arg_locs: Vec<(Type, Location)> = graph
@@ -140,7 +157,7 @@ impl Session {
                     operands.push(value);
                 }
                 let operand_types: Vec<&TensorType> = node.operands.iter().map(|v| &graph.node(*v).ty).collect();
-                values[index] = Some(e.lower_node(&node.op, &operands, &operand_types, &node.ty, &globals)?);
+                values[index] = Some(e.lower_node(&node.op, &operands, &operand_types, &node.ty, globals)?);
             }
             let outputs = graph
                 .outputs()
@@ -167,10 +184,7 @@ impl Session {
             &[],
             Location::name(ctx, &graph.name, Location::unknown(ctx)),
         ));
-        if !module.as_operation().verify() {
-            return Err(LowerError::Verify { diagnostics: self.take_diagnostics() });
-        }
-        Ok(module)
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@
 //! permuted the Q/K rows of HF's `rotate_half` layout into that order.
 
 use super::{GgufWeights, ModelError, Result, Weight};
-use crate::graph::{DType, Graph, TensorType};
+use crate::graph::{DType, Graph, TensorType, DYNAMIC};
 use crate::trace::nn::{attention, causal_mask, Rope, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
@@ -138,14 +138,61 @@ impl<'t> Attention<'t> {
         })
     }
 
-    fn forward(&self, x: &Tensor<'t>, rotation: &Rotation<'t>, mask: &Tensor<'t>) -> Result<Tensor<'t>> {
+    /// `x [seq, hidden]` -> `[seq, hidden]`. With a cache, this call's keys
+    /// and values are written into it at `cache.start` and the queries
+    /// attend over the whole cache (the mask hides what is not written yet).
+    fn forward(
+        &self,
+        x: &Tensor<'t>,
+        rotation: &Rotation<'t>,
+        mask: &Tensor<'t>,
+        cache: Option<(&mut KvCache<'t>, usize)>,
+    ) -> Result<Tensor<'t>> {
         let q = rotation.apply(&split_heads(&x.linear(&self.attn_q)?, self.head_count, self.head_dim)?)?;
         let k = rotation.apply(&split_heads(&x.linear(&self.attn_k)?, self.head_count_kv, self.head_dim)?)?;
         let v = split_heads(&x.linear(&self.attn_v)?, self.head_count_kv, self.head_dim)?;
+        let (k, v) = match cache {
+            Some((cache, layer)) => {
+                (cache.keys.write(layer, &k, &cache.start)?, cache.values.write(layer, &v, &cache.start)?)
+            }
+            None => (k, v),
+        };
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let a = attention(&q, &k, &v, Some(mask), scale, None)?;
         Ok(merge_heads(&a)?.linear(&self.attn_output)?)
     }
+}
+
+/// Keys or values of every layer, `[block_count, head_count_kv,
+/// max_context, head_dim]` f32: one tensor, so entry points take and return
+/// two caches whatever the depth.
+pub struct Cache<'t>(pub Tensor<'t>);
+
+impl<'t> Cache<'t> {
+    /// Writes `x [kv_heads, seq, head_dim]` at positions `start..` of
+    /// `layer`, and returns the layer's whole `[kv_heads, max_context,
+    /// head_dim]` after the write.
+    fn write(&mut self, layer: usize, x: &Tensor<'t>, start: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let t = start.tracer();
+        let [_, kv_heads, context, head_dim] = self.0.ty.shape[..] else {
+            return Err(ModelError::Config(format!(
+                "a KV cache is [layers, kv_heads, context, head_dim], found {}",
+                self.0.ty
+            )));
+        };
+        let (layer_index, zero) = (t.constant(layer as f64, start.ty.clone())?, t.constant(0.0, start.ty.clone())?);
+        let update = x.reshape(&[1, kv_heads, x.ty.shape[1], head_dim])?;
+        self.0 = self.0.dynamic_update_slice(&update, &[&layer_index, &zero, start, &zero])?;
+        let row = self.0.slice(&[layer, 0, 0, 0], &[layer + 1, kv_heads, context, head_dim], &[1; 4])?;
+        Ok(row.reshape(&[kv_heads, context, head_dim])?)
+    }
+}
+
+/// Both caches and where this call's tokens start (`tensor<i32>`).
+pub struct KvCache<'t> {
+    pub keys: Cache<'t>,
+    pub values: Cache<'t>,
+    pub start: Tensor<'t>,
 }
 
 /// SwiGLU feed-forward: `ffn(h) = W_down · (silu(W_gate · h) * W_up · h)`.
@@ -198,8 +245,14 @@ impl<'t> Block<'t> {
         })
     }
 
-    fn forward(&self, x: &Tensor<'t>, rotation: &Rotation<'t>, mask: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let x = x.add(&self.attn.forward(&x.rms_norm(Some(&self.attn_norm), self.eps)?, rotation, mask)?)?;
+    fn forward(
+        &self,
+        x: &Tensor<'t>,
+        rotation: &Rotation<'t>,
+        mask: &Tensor<'t>,
+        cache: Option<(&mut KvCache<'t>, usize)>,
+    ) -> Result<Tensor<'t>> {
+        let x = x.add(&self.attn.forward(&x.rms_norm(Some(&self.attn_norm), self.eps)?, rotation, mask, cache)?)?;
         Ok(x.add(&self.ffn.forward(&x.rms_norm(Some(&self.ffn_norm), self.eps)?)?)?)
     }
 }
@@ -232,17 +285,83 @@ impl<'t> Llama<'t> {
     /// `tokens [seq]` i32 at `positions [seq]` i32 -> logits `[seq, vocab]` f32,
     /// attending causally within the sequence.
     pub fn forward(&self, tokens: &Tensor<'t>, positions: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let c = &self.config;
         let seq = tokens.ty.shape[0];
-        let rotation = Rope::new(c.head_dim, c.rope_freq_base, RopeStyle::Interleaved).at(positions)?;
         let mask = causal_mask(self.tracer, seq, seq, 0)?;
+        self.run_blocks(tokens, positions, &mask, None)
+    }
+
+    /// `tokens [seq]` at positions `cache.start..`, attending over the cache
+    /// after writing this call's keys and values into it.
+    pub fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
+        let t = self.tracer;
+        let seq = tokens.ty.shape[0];
+        let context = cache.keys.0.ty.shape[2];
+        let offsets = t.iota(0, TensorType::new([seq], DType::I32))?;
+        let positions = offsets.add(&cache.start.broadcast_in_dim(&[seq], &[])?)?;
+        let mask = causal_mask(t, seq, context, &cache.start)?;
+        self.run_blocks(tokens, &positions, &mask, Some(cache))
+    }
+
+    fn run_blocks(
+        &self,
+        tokens: &Tensor<'t>,
+        positions: &Tensor<'t>,
+        mask: &Tensor<'t>,
+        mut cache: Option<&mut KvCache<'t>>,
+    ) -> Result<Tensor<'t>> {
+        let c = &self.config;
+        let rotation = Rope::new(c.head_dim, c.rope_freq_base, RopeStyle::Interleaved).at(positions)?;
         let mut x = self.token_embd.rows(tokens)?;
-        for block in &self.blocks {
-            x = block.forward(&x, &rotation, &mask)?;
+        for (layer, block) in self.blocks.iter().enumerate() {
+            x = block.forward(&x, &rotation, mask, cache.as_deref_mut().map(|c| (c, layer)))?;
         }
         let x = x.rms_norm(Some(&self.output_norm), c.rms_norm_eps)?;
         Ok(x.linear(&self.output)?)
     }
+
+    /// The type of each KV cache for `max_context` positions.
+    pub fn cache_type(&self, max_context: usize) -> TensorType {
+        let c = &self.config;
+        TensorType::new([c.block_count, c.head_count_kv, max_context, c.head_dim], DType::F32)
+    }
+}
+
+/// The serving entry points in one module, sharing the weights:
+/// - `prefill(tokens: tensor<1x?xi32>) -> (logits: tensor<1x?xVOCABxf32>,
+///   keys, values)`: the prompt at positions `0..`, caches of
+///   `max_context` positions holding it;
+/// - `decode(tokens: tensor<1xNxi32>, position: tensor<i32>, keys, values)
+///   -> (logits: tensor<1xNxVOCABxf32>, keys, values)`: `N` (usually 1)
+///   more tokens at `position..`.
+pub fn entry_points<D: AsRef<[u8]>>(
+    weights: &GgufWeights<'_, D>,
+    max_context: usize,
+    decode_len: usize,
+) -> Result<Vec<Graph>> {
+    let prefill = {
+        let t = Tracer::new("prefill");
+        let model = Llama::load(&t, weights)?;
+        let tokens = t.input("tokens", TensorType::new([1, DYNAMIC], DType::I32))?;
+        let empty = t.constant(0.0, model.cache_type(max_context))?;
+        let start = t.constant(0.0, TensorType::new([], DType::I32))?;
+        let mut cache = KvCache { keys: Cache(empty.clone()), values: Cache(empty), start };
+        let logits = model.forward_cached(&tokens.reshape(&[DYNAMIC])?, &mut cache)?;
+        let logits = logits.reshape(&[1, DYNAMIC, model.config.vocab_size])?;
+        t.finish(&[&logits, &cache.keys.0, &cache.values.0])?
+    };
+    let decode = {
+        let t = Tracer::new("decode");
+        let model = Llama::load(&t, weights)?;
+        let tokens = t.input("tokens", TensorType::new([1, decode_len], DType::I32))?;
+        let start = t.input("position", TensorType::new([], DType::I32))?;
+        let keys = t.input("keys", model.cache_type(max_context))?;
+        let values = t.input("values", model.cache_type(max_context))?;
+        let mut cache = KvCache { keys: Cache(keys), values: Cache(values), start };
+        let logits = model.forward_cached(&tokens.reshape(&[decode_len])?, &mut cache)?;
+        let logits = logits.reshape(&[1, decode_len, model.config.vocab_size])?;
+        t.finish(&[&logits, &cache.keys.0, &cache.values.0])?
+    };
+    Ok(vec![prefill, decode])
 }
 
 /// Prefill without a KV cache: `main(tokens: tensor<1 x seq_len x i32>) ->
@@ -502,6 +621,44 @@ mod tests {
         let odd = Gguf::parse(gguf_bytes(&[], &[("blk.0.attn_q.weight".into(), vec![32], Q8_1, vec![0; 36])])).unwrap();
         let e = keep(&odd).param_type(&odd.tensor("blk.0.attn_q.weight").unwrap()).unwrap_err().to_string();
         assert!(e.contains("\"blk.0.attn_q.weight\" has ggml type Q8_1"), "{e}");
+    }
+
+    fn scalar_i32(v: i32) -> Value {
+        Value::from_le_bytes(&TensorType::new([], DType::I32), &v.to_le_bytes()).unwrap()
+    }
+
+    fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+        assert_eq!(a.len(), b.len());
+        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+    }
+
+    #[test]
+    fn prefill_then_decode_matches_one_prefill() {
+        let gguf = Gguf::parse(tiny("llama", false, None)).unwrap();
+        let weights = keep(&gguf);
+        let ids = [1, 5, 9, 3, 7, 2];
+        let full = interp::run(&prefill(&weights, ids.len()).unwrap(), &[tokens(&ids)], &weights).unwrap();
+        let full = full[0].to_f64_vec();
+        let vocab = full.len() / ids.len();
+
+        let graphs = entry_points(&weights, 8, 1).unwrap();
+        let (prefill_fn, decode_fn) = (&graphs[0], &graphs[1]);
+        assert_eq!(graphs.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), ["prefill", "decode"]);
+        let mut out = interp::run(prefill_fn, &[tokens(&ids[..3])], &weights).unwrap();
+        assert!(max_abs_diff(&out[0].to_f64_vec(), &full[..3 * vocab]) <= 1e-5);
+        for (pos, &id) in ids.iter().enumerate().skip(3) {
+            let (keys, values) = (out.remove(1), out.remove(1));
+            out = interp::run(decode_fn, &[tokens(&[id]), scalar_i32(pos as i32), keys, values], &weights).unwrap();
+            let diff = max_abs_diff(&out[0].to_f64_vec(), &full[pos * vocab..(pos + 1) * vocab]);
+            assert!(diff <= 1e-5, "position {pos}: {diff}");
+        }
+        // Both functions in one module share one global per weight.
+        let session = crate::lower::Session::new();
+        let module = session.lower_functions(&[prefill_fn, decode_fn], &LowerOptions::default()).unwrap();
+        let text = crate::lower::print(&module).unwrap();
+        assert_eq!(text.matches("\"util.global\"()").count(), gguf.tensors().len());
+        assert!(text.contains("func.func @prefill(%arg0: tensor<1x?xi32>) -> (tensor<1x?x16xf32>, tensor<2x2x8x8xf32>, tensor<2x2x8x8xf32>)"), "{text}");
+        assert!(text.contains("func.func @decode(%arg0: tensor<1x1xi32>, %arg1: tensor<i32>, %arg2: tensor<2x2x8x8xf32>, %arg3: tensor<2x2x8x8xf32>)"));
     }
 
     #[test]

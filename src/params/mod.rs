@@ -62,18 +62,31 @@ fn storage_type(ty: &TensorType) -> TensorType {
     ty.with_dtype(dtype)
 }
 
-/// Declares one global per param at the top of `module`.
+/// Declares one global per param name of `graphs` at the top of `module`;
+/// a name declared with two types is an error.
 pub(crate) fn declare_globals(
     session: &Session,
     module: &Module<'_>,
-    graph: &Graph,
+    graphs: &[&Graph],
     options: &LowerOptions,
 ) -> Result<Globals, LowerError> {
     let ctx = session.context();
     let mut globals = Globals::default();
-    // The function's own symbol is taken too.
-    let mut taken = HashSet::from([graph.name.clone()]);
-    for (id, name, ty) in graph.params() {
+    // The functions' own symbols are taken too.
+    let mut taken: HashSet<String> = graphs.iter().map(|g| g.name.clone()).collect();
+    let mut declared: HashMap<&str, &TensorType> = HashMap::new();
+    for (graph, (id, name, ty)) in graphs.iter().flat_map(|g| g.params().map(move |p| (g, p))) {
+        if let Some(first) = declared.insert(name, ty) {
+            if first == ty {
+                continue;
+            }
+            return Err(LowerError::Node {
+                node: graph.node(id).name.clone(),
+                op: "param",
+                message: format!("param \"{name}\" is {ty} in @{}, but {first} in an earlier function", graph.name),
+                diagnostics: vec![],
+            });
+        }
         let base = symbol_name(name);
         let symbol = (0..)
             .map(|i| if i == 0 { base.clone() } else { format!("{base}_{i}") })

@@ -109,6 +109,11 @@ fn sanitize(name: &str) -> String {
 }
 
 impl<'t> Tensor<'t> {
+    /// The tracer this value belongs to, for building constants next to it.
+    pub fn tracer(&self) -> &'t Tracer {
+        self.tracer
+    }
+
     fn unary(&self, op: UnaryOp) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::Unary(op), &[self], None)
     }
