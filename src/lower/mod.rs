@@ -14,12 +14,13 @@ mod constant;
 mod dot_general;
 mod dynamic_slice;
 mod elementwise;
+mod emit;
 mod gather;
 mod layout;
 mod reduce;
 
 use crate::graph::{DType, Graph, Op, TensorType};
-use crate::params;
+use crate::params::{self, ParamInits};
 use melior::dialect::{func, DialectHandle};
 use melior::ir::attribute::{DenseI64ArrayAttribute, StringAttribute, TypeAttribute};
 use melior::ir::operation::{OperationLike, OperationPrintingFlags};
@@ -30,6 +31,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use thiserror::Error;
 
+pub use emit::{write_module, write_module_to_path, Emit};
+
 #[derive(Debug, Error)]
 pub enum LowerError {
     #[error("node %{node} ({op}): {message}{}", fmt_diagnostics(.diagnostics))]
@@ -38,6 +41,10 @@ pub enum LowerError {
     Verify { diagnostics: Vec<String> },
     #[error("cannot print the module: {0}")]
     Print(String),
+    #[error("param \"{param}\": inline bytes are {got} but its global holds {ty} ({}); pass the param's raw little-endian bytes", match .expected { Some(n) => format!("{n} bytes"), None => "a size that overflows".into() })]
+    InlineParamSize { param: String, ty: TensorType, expected: Option<usize>, got: usize },
+    #[error("cannot write the module to {path}: {source}")]
+    Write { path: std::path::PathBuf, source: std::io::Error },
 }
 
 fn fmt_diagnostics(diagnostics: &[String]) -> String {
@@ -96,12 +103,24 @@ impl Session {
         std::mem::take(&mut *self.diagnostics.borrow_mut())
     }
 
-    /// Lowers `graph` into a verified module with one function named after it.
+    /// Lowers `graph` into a verified module with one function named after
+    /// it; every param is `#flow.parameter.named<options.param_scope::name>`.
     pub fn lower(&self, graph: &Graph, options: &LowerOptions) -> Result<Module<'_>, LowerError> {
+        self.lower_with(graph, options, &ParamInits::default())
+    }
+
+    /// [`Session::lower`] with each param's initial value from `inits`. The
+    /// module aliases the inline bytes, so it cannot outlive them.
+    pub fn lower_with<'s>(
+        &'s self,
+        graph: &Graph,
+        options: &LowerOptions,
+        inits: &ParamInits<'s>,
+    ) -> Result<Module<'s>, LowerError> {
         let ctx = &self.context;
         self.take_diagnostics();
         let module = Module::new(Location::unknown(ctx));
-        let globals = params::declare_globals(self, &module, graph, options)?;
+        let globals = params::declare_globals(self, &module, graph, options, inits)?;
 
         let arg_types: Vec<Type> = graph.inputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
         let result_types: Vec<Type> = graph.outputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
