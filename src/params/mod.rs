@@ -13,6 +13,7 @@
 //! operation 'util.global.load'" for `tensor<4xui8>`): an unsigned param is
 //! stored as the signless type of its width and bitcast after the load.
 
+pub mod archive;
 mod error;
 mod init;
 pub mod irpa;
