@@ -203,7 +203,7 @@ fn encode(values: &[f32], target: DType, out: &mut Vec<u8>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::params::irpa::IrpaArchive;
 

@@ -112,10 +112,13 @@ pub(super) fn inline_attribute<'c>(
         });
     }
     // The alignment is recorded with the blob: bytecode pads the blob to it
-    // and the text form prefixes it, so whoever reads the module back can
-    // view the bytes as elements. 64 when the bytes happen to be
-    // cache-line aligned (an mmap'd tensor usually is), else the element size.
-    let alignment = if (bytes.as_ptr() as usize).is_multiple_of(64) { 64 } else { element.next_power_of_two() };
+    // within the file and the text form prefixes it, so a reader can view
+    // the bytes as elements. It must stay small: MLIR's bytecode reader
+    // insists that its input buffer be aligned to the largest blob
+    // alignment, and iree-compile reads a small file into a 16-byte aligned
+    // buffer ("expected section alignment 64 but bytecode buffer 0x...70 is
+    // not aligned"). The element size (at most 8) is what typed access needs.
+    let alignment = element.next_power_of_two();
     let ty = tensor_type(ctx, stored);
     // SAFETY: `ty` and the name are valid for the call (MLIR copies the
     // name). The data pointer stays valid for 'c, the lifetime of the module
@@ -176,14 +179,14 @@ mod tests {
     #[test]
     fn inline_params_are_dense_resources_of_the_stored_type() {
         let graph = text::parse(GRAPH).unwrap();
-        // Where the bytes lie decides the recorded alignment: 64 for a
-        // cache-line aligned address, else the element size.
+        // Cache-line aligned bytes still record their element size as the
+        // alignment (see `inline_attribute`).
         #[repr(align(64))]
         struct Line([u8; 72]);
         let mut line = Line([0; 72]);
-        line.0[4..12].copy_from_slice(&f32_bytes(&[1.5, -2.0]));
+        line.0[0..8].copy_from_slice(&f32_bytes(&[1.5, -2.0]));
         line.0[64..66].copy_from_slice(&[7, 200]);
-        let (w, s) = (&line.0[4..12], &line.0[64..66]);
+        let (w, s) = (&line.0[0..8], &line.0[64..66]);
         let session = Session::new();
         let inits = ParamInits::new().inline("blk.0.w", w).inline("s", s).named("n", "other", "norm.weight");
         let module = session.lower_with(&graph, &LowerOptions::default(), &inits).unwrap();
@@ -195,7 +198,7 @@ mod tests {
             "initial_value = #flow.parameter.named<\"other\"::\"norm.weight\"> : tensor<2xf32>, sym_name = \"n\"",
             // The alignment as a little-endian u32, then the bytes.
             "blk.0.w: \"0x040000000000C03F000000C0\"",
-            "s: \"0x4000000007C8\"",
+            "s: \"0x0100000007C8\"",
         ] {
             assert!(text.contains(line), "missing `{line}` in:\n{text}");
         }

@@ -17,6 +17,8 @@ pub mod archive;
 mod error;
 mod init;
 pub mod irpa;
+#[cfg(test)]
+mod iree_tests;
 pub use error::ParamsError;
 pub use init::{ParamInit, ParamInits};
 
