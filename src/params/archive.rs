@@ -355,6 +355,16 @@ pub(crate) mod tests {
         let blocks = (256 << 20) / GgmlType::Q4_K.type_size();
         let q4k = q4_k_blocks(blocks, 4);
         eprintln!("source {} MiB; peak RSS before: {}", q4k.len() >> 20, rss_peak_kib());
+        // Dequantize and round alone, to tell compute from disk.
+        let start = std::time::Instant::now();
+        let (mut values, mut bytes) = (Vec::new(), Vec::new());
+        let per_chunk = CHUNK_BYTES / (256 * 2) * GgmlType::Q4_K.type_size();
+        for src in q4k.chunks(per_chunk) {
+            values.resize(src.len() / GgmlType::Q4_K.type_size() * 256, 0.0);
+            quant::dequantize(GgmlType::Q4_K, src, &mut values).unwrap();
+            encode(&values, DType::BF16, &mut bytes);
+        }
+        eprintln!("dequantize + round alone: {:.2} s", start.elapsed().as_secs_f64());
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         let path = dir.path().join("big.irpa");
         let start = std::time::Instant::now();

@@ -41,7 +41,7 @@ struct Sources {
 
 impl Sources {
     fn new() -> Self {
-        let bias: Vec<u8> = [0.1f32, -1.7, 3.14159].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bias: Vec<u8> = [0.1f32, -1.7, 2.71].iter().flat_map(|v| v.to_le_bytes()).collect();
         Sources { q4k: q4_k_blocks(3, 7), bias_f32: bias, shift: vec![1, 128, 255] }
     }
 
