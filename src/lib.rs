@@ -27,8 +27,21 @@ use std::path::{Path, PathBuf};
 /// and a rename, so readers never see a partial file and a failed write
 /// leaves nothing behind.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomically_with(path, |out| out.write_all(bytes))
+}
+
+/// [`write_atomically`] for content streamed by `write` (through a 1 MiB
+/// buffer), so a module or archive larger than memory never has to be held
+/// whole. The file appears at `path` complete and synced, or not at all.
+pub fn write_atomically_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let mut file = AtomicFile::create(path)?;
-    file.file().write_all(bytes)?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file.file());
+    write(&mut out)?;
+    out.flush()?;
+    drop(out);
     file.commit()
 }
 

@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kiln::check::{self, CheckOptions};
 use kiln::graph::text;
 use kiln::iree::Iree;
-use kiln::lower::{self, LowerOptions};
+use kiln::lower::{self, Emit, LowerOptions};
 use kiln::weights::synth::{self, Preset, SynthData};
 use std::path::{Path, PathBuf};
 
@@ -23,12 +23,15 @@ enum Command {
     Lower {
         /// Graph in kiln's textual form (`-` for stdin).
         graph: PathBuf,
-        /// Output `.mlir` file; prints to stdout when absent.
+        /// Output `.mlir` or `.mlirbc` file; prints to stdout when absent.
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Scope name of `#flow.parameter.named` (`--parameters=SCOPE=FILE`).
         #[arg(long, default_value = "model")]
         param_scope: String,
+        /// Output form; by default bytecode for a `.mlirbc` output, else text.
+        #[arg(long, value_enum)]
+        emit: Option<EmitForm>,
     },
     /// Show what a .gguf, .safetensors, safetensors index or .irpa file holds
     /// (read from headers only).
@@ -101,6 +104,15 @@ enum Data {
     Seeded,
 }
 
+/// `kiln lower --emit`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum EmitForm {
+    /// MLIR text.
+    Mlir,
+    /// MLIR bytecode.
+    Mlirbc,
+}
+
 fn read_graph(path: &Path) -> Result<kiln::graph::Graph> {
     let source = if path == Path::new("-") {
         std::io::read_to_string(std::io::stdin()).context("reading graph from stdin")?
@@ -123,12 +135,19 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Lower { graph, output, param_scope } => {
+        Command::Lower { graph, output, param_scope, emit: form } => {
             let graph = read_graph(&graph)?;
-            let mlir = lower::lower_to_string(&graph, &LowerOptions { param_scope })?;
+            let session = lower::Session::new();
+            let module = session.lower(&graph, &LowerOptions { param_scope })?;
+            let form = match (form, &output) {
+                (Some(EmitForm::Mlir), _) => Emit::default(),
+                (Some(EmitForm::Mlirbc), _) => Emit::Mlirbc,
+                (None, Some(path)) => Emit::for_path(path),
+                (None, None) => Emit::default(),
+            };
             match output {
-                Some(path) => kiln::write_atomically(&path, mlir.as_bytes())?,
-                None => emit(&mlir)?,
+                Some(path) => lower::write_module_to_path(&module, form, &path)?,
+                None => ignore_broken_pipe(lower::write_module(&module, form, &mut std::io::stdout().lock()))?,
             }
         }
         Command::Inspect { file, json } => {
@@ -208,7 +227,11 @@ fn format_values(values: &[f64]) -> String {
 /// Writes to stdout; a closed pipe (`kiln inspect F | head`) is not an error.
 fn emit(text: &str) -> Result<()> {
     use std::io::Write;
-    match std::io::stdout().lock().write_all(text.as_bytes()) {
+    ignore_broken_pipe(std::io::stdout().lock().write_all(text.as_bytes()))
+}
+
+fn ignore_broken_pipe(result: std::io::Result<()>) -> Result<()> {
+    match result {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
     }

@@ -14,12 +14,13 @@ mod constant;
 mod dot_general;
 mod dynamic_slice;
 mod elementwise;
+mod emit;
 mod gather;
 mod layout;
 mod reduce;
 
 use crate::graph::{DType, Graph, Op, TensorType, DYNAMIC};
-use crate::params;
+use crate::params::{self, ParamInits};
 use dialects::{arith, stablehlo, tensor};
 use melior::dialect::{func, DialectHandle};
 use melior::ir::attribute::{
@@ -33,6 +34,8 @@ use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
 use thiserror::Error;
 
+pub use emit::{write_module, write_module_to_path, Emit};
+
 #[derive(Debug, Error)]
 pub enum LowerError {
     #[error("node %{node} ({op}): {message}{}", fmt_diagnostics(.diagnostics))]
@@ -41,6 +44,10 @@ pub enum LowerError {
     Verify { diagnostics: Vec<String> },
     #[error("cannot print the module: {0}")]
     Print(String),
+    #[error("param \"{param}\": inline bytes are {got} but its global holds {ty} ({}); pass the param's raw little-endian bytes", match .expected { Some(n) => format!("{n} bytes"), None => "a size that overflows".into() })]
+    InlineParamSize { param: String, ty: TensorType, expected: Option<usize>, got: usize },
+    #[error("cannot write the module to {path}: {source}")]
+    Write { path: std::path::PathBuf, source: std::io::Error },
 }
 
 fn fmt_diagnostics(diagnostics: &[String]) -> String {
@@ -99,19 +106,37 @@ impl Session {
         std::mem::take(&mut *self.diagnostics.borrow_mut())
     }
 
-    /// Lowers `graph` into a verified module with one function named after it.
+    /// Lowers `graph` into a verified module with one function named after
+    /// it; every param is `#flow.parameter.named<options.param_scope::name>`.
     pub fn lower(&self, graph: &Graph, options: &LowerOptions) -> Result<Module<'_>, LowerError> {
-        self.lower_functions(&[graph], options)
+        self.lower_functions(&[graph], options, &ParamInits::default())
+    }
+
+    /// [`Session::lower`] with each param's initial value from `inits`. The
+    /// module aliases the inline bytes, so it cannot outlive them.
+    pub fn lower_with<'s>(
+        &'s self,
+        graph: &Graph,
+        options: &LowerOptions,
+        inits: &ParamInits<'s>,
+    ) -> Result<Module<'s>, LowerError> {
+        self.lower_functions(&[graph], options, inits)
     }
 
     /// Lowers `graphs` into one verified module, a function per graph (named
     /// after it) sharing one global per param name: a model's entry points
-    /// (`prefill`, `decode`) read the same weights.
-    pub fn lower_functions(&self, graphs: &[&Graph], options: &LowerOptions) -> Result<Module<'_>, LowerError> {
+    /// (`prefill`, `decode`) read the same weights. Params are initialized as
+    /// `inits` says.
+    pub fn lower_functions<'s>(
+        &'s self,
+        graphs: &[&Graph],
+        options: &LowerOptions,
+        inits: &ParamInits<'s>,
+    ) -> Result<Module<'s>, LowerError> {
         let ctx = &self.context;
         self.take_diagnostics();
         let module = Module::new(Location::unknown(ctx));
-        let globals = params::declare_globals(self, &module, graphs, options)?;
+        let globals = params::declare_globals(self, &module, graphs, options, inits)?;
         for graph in graphs {
             self.lower_function(&module, graph, &globals)?;
         }

@@ -654,7 +654,8 @@ mod tests {
         }
         // Both functions in one module share one global per weight.
         let session = crate::lower::Session::new();
-        let module = session.lower_functions(&[prefill_fn, decode_fn], &LowerOptions::default()).unwrap();
+        let inits = crate::params::ParamInits::default();
+        let module = session.lower_functions(&[prefill_fn, decode_fn], &LowerOptions::default(), &inits).unwrap();
         let text = crate::lower::print(&module).unwrap();
         assert_eq!(text.matches("\"util.global\"()").count(), gguf.tensors().len());
         assert!(text.contains("func.func @prefill(%arg0: tensor<1x?xi32>) -> (tensor<1x?x16xf32>, tensor<2x2x8x8xf32>, tensor<2x2x8x8xf32>)"), "{text}");

@@ -1,18 +1,26 @@
 //! Weights as IREE globals.
 //!
-//! Every param becomes `util.global private @<name>` whose initial value is
-//! `#flow.parameter.named<"scope"::"<checkpoint name>">`, read where used
-//! with `util.global.load`. The function signature never holds a weight:
-//! `iree-run-module --parameters=scope=FILE` supplies them.
+//! Every param becomes `util.global private @<name>`, read where used with
+//! `util.global.load`; the function signature never holds a weight. The
+//! global's initial value is chosen per param ([`ParamInits`]): by default
+//! `#flow.parameter.named<"scope"::"<checkpoint name>">`, which
+//! `iree-run-module --parameters=scope=FILE` supplies, or the bytes inline
+//! as a `dense_resource` blob. [`archive`] writes the `.irpa` files that
+//! hold params derived from a checkpoint (dequantized, converted).
 //!
 //! iree-compile makes unsigned integer types signless in StableHLO ops and
 //! function signatures, but not in `util.global`s ("failed to legalize
 //! operation 'util.global.load'" for `tensor<4xui8>`): an unsigned param is
 //! stored as the signless type of its width and bitcast after the load.
 
+pub mod archive;
 mod error;
+mod init;
+#[cfg(test)]
+mod iree_tests;
 pub mod irpa;
 pub use error::ParamsError;
+pub use init::{ParamInit, ParamInits};
 
 use crate::graph::{DType, Graph, TensorType};
 use crate::lower::dialects::{stablehlo, util};
@@ -44,12 +52,6 @@ pub fn symbol_name(param: &str) -> String {
     s
 }
 
-/// The `#flow.parameter.named` text; no C API builds IREE attributes.
-fn parameter_attribute(scope: &str, name: &str, ty: &TensorType) -> Result<String, LowerError> {
-    let quote = |s: &str| serde_json::to_string(s).map_err(|e| LowerError::Print(e.to_string()));
-    Ok(format!("#flow.parameter.named<{}::{}> : {ty}", quote(scope)?, quote(name)?))
-}
-
 /// The type a param's global holds: unsigned integers as the signless type
 /// of their width, the same bytes.
 fn storage_type(ty: &TensorType) -> TensorType {
@@ -62,13 +64,15 @@ fn storage_type(ty: &TensorType) -> TensorType {
     ty.with_dtype(dtype)
 }
 
-/// Declares one global per param name of `graphs` at the top of `module`;
-/// a name declared with two types is an error.
-pub(crate) fn declare_globals(
-    session: &Session,
-    module: &Module<'_>,
+/// Declares one global per param name of `graphs` at the top of `module`,
+/// initialized as `inits` says; a name declared with two types is an
+/// error. Inline bytes live as long as the module (`'s`).
+pub(crate) fn declare_globals<'s>(
+    session: &'s Session,
+    module: &Module<'s>,
     graphs: &[&Graph],
     options: &LowerOptions,
+    inits: &ParamInits<'s>,
 ) -> Result<Globals, LowerError> {
     let ctx = session.context();
     let mut globals = Globals::default();
@@ -94,14 +98,23 @@ pub(crate) fn declare_globals(
             .expect("an unbounded range always yields a free name");
         taken.insert(symbol.clone());
         let stored = storage_type(ty);
-        let text = parameter_attribute(&options.param_scope, name, &stored)?;
         let node = &graph.node(id).name;
-        let initial_value = Attribute::parse(ctx, &text).ok_or_else(|| LowerError::Node {
-            node: node.clone(),
-            op: "param",
-            message: format!("MLIR cannot parse `{text}`"),
-            diagnostics: vec![],
-        })?;
+        let initial_value = match inits.get(name) {
+            Some(ParamInit::Inline(bytes)) => init::inline_attribute(ctx, name, &symbol, &stored, bytes)?,
+            named => {
+                let (scope, key) = match named {
+                    Some(ParamInit::Named { scope, key }) => (scope.as_str(), key.as_str()),
+                    _ => (options.param_scope.as_str(), name),
+                };
+                let text = init::parameter_attribute(scope, key, &stored)?;
+                Attribute::parse(ctx, &text).ok_or_else(|| LowerError::Node {
+                    node: node.clone(),
+                    op: "param",
+                    message: format!("MLIR cannot parse `{text}`"),
+                    diagnostics: vec![],
+                })?
+            }
+        };
         let loc = Location::name(ctx, node, Location::unknown(ctx));
         module.body().append_operation(
             util::global(

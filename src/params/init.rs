@@ -1,0 +1,283 @@
+//! Where each param's global gets its initial value.
+//!
+//! - [`ParamInit::Named`]: `#flow.parameter.named<"scope"::"key">`, bound at
+//!   run time by `iree-run-module --parameters=scope=FILE` (a GGUF, a
+//!   safetensors file or an `.irpa`). The default, with the lowering's
+//!   `param_scope` and the param's own name.
+//! - [`ParamInit::Inline`]: the bytes go into the module itself, as a
+//!   `dense_resource<blob>` elements attribute. The attribute aliases the
+//!   caller's bytes (an mmap'd checkpoint, an archive entry) without copying;
+//!   they are copied once, when the module is written: raw in bytecode, hex
+//!   in the text form's `{-# dialect_resources #-}` trailer. The module then
+//!   runs with no parameter file, and IREE may fold the weights as constants.
+
+use crate::graph::TensorType;
+use crate::lower::{tensor_type, LowerError};
+use melior::ir::Attribute;
+use melior::ir::TypeLike;
+use melior::Context;
+use melior::StringRef;
+use std::collections::HashMap;
+
+/// One param's initial value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParamInit<'a> {
+    /// `#flow.parameter.named<"scope"::"key">`.
+    Named { scope: String, key: String },
+    /// The param's bytes as stored in its global: little-endian, row-major,
+    /// unsigned integers as the same bytes (the global is signless), `i1` as
+    /// one byte per element.
+    Inline(&'a [u8]),
+}
+
+/// Per-param initial values; a param without an entry is
+/// `Named { scope: <the lowering's param_scope>, key: <param name> }`.
+///
+/// The `'a` bytes of inline params must outlive the module lowered with
+/// them, which [`crate::lower::Session::lower_with`] enforces.
+#[derive(Clone, Debug, Default)]
+pub struct ParamInits<'a> {
+    by_param: HashMap<String, ParamInit<'a>>,
+}
+
+impl<'a> ParamInits<'a> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the initial value of `param` (a checkpoint name, as in the graph).
+    pub fn set(&mut self, param: impl Into<String>, init: ParamInit<'a>) -> &mut Self {
+        self.by_param.insert(param.into(), init);
+        self
+    }
+
+    /// `param` gets `bytes` inline.
+    pub fn inline(mut self, param: impl Into<String>, bytes: &'a [u8]) -> Self {
+        self.set(param, ParamInit::Inline(bytes));
+        self
+    }
+
+    /// `param` is read from `scope::key` at run time.
+    pub fn named(mut self, param: impl Into<String>, scope: impl Into<String>, key: impl Into<String>) -> Self {
+        self.set(param, ParamInit::Named { scope: scope.into(), key: key.into() });
+        self
+    }
+
+    pub fn get(&self, param: &str) -> Option<&ParamInit<'a>> {
+        self.by_param.get(param)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_param.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_param.is_empty()
+    }
+}
+
+impl<'a, S: Into<String>> FromIterator<(S, ParamInit<'a>)> for ParamInits<'a> {
+    fn from_iter<I: IntoIterator<Item = (S, ParamInit<'a>)>>(iter: I) -> Self {
+        ParamInits { by_param: iter.into_iter().map(|(k, v)| (k.into(), v)).collect() }
+    }
+}
+
+/// The `#flow.parameter.named` text; no C API builds IREE attributes.
+pub(super) fn parameter_attribute(scope: &str, key: &str, ty: &TensorType) -> Result<String, LowerError> {
+    let quote = |s: &str| serde_json::to_string(s).map_err(|e| LowerError::Print(e.to_string()));
+    Ok(format!("#flow.parameter.named<{}::{}> : {ty}", quote(scope)?, quote(key)?))
+}
+
+/// `dense_resource<blob>` of type `stored` over `bytes`, which must be
+/// exactly the stored type's size.
+///
+/// The blob is registered in the context's builtin resource manager under
+/// `blob` (uniqued with a suffix if a module lowered earlier in the same
+/// session took the name) with no deleter: MLIR never frees or writes it.
+pub(super) fn inline_attribute<'c>(
+    ctx: &'c Context,
+    param: &str,
+    blob: &str,
+    stored: &TensorType,
+    bytes: &'c [u8],
+) -> Result<Attribute<'c>, LowerError> {
+    let element = stored.dtype.size_in_bytes();
+    let expected = stored.checked_num_elements().and_then(|n| n.checked_mul(element));
+    if expected != Some(bytes.len()) {
+        return Err(LowerError::InlineParamSize {
+            param: param.to_string(),
+            ty: stored.clone(),
+            expected,
+            got: bytes.len(),
+        });
+    }
+    // The alignment is recorded with the blob: bytecode pads the blob to it
+    // within the file and the text form prefixes it, so a reader can view
+    // the bytes as elements. It must stay small: MLIR's bytecode reader
+    // insists that its input buffer be aligned to the largest blob
+    // alignment, and iree-compile reads a small file into a 16-byte aligned
+    // buffer ("expected section alignment 64 but bytecode buffer 0x...70 is
+    // not aligned"). The element size (at most 8) is what typed access needs.
+    let alignment = element.next_power_of_two();
+    let ty = tensor_type(ctx, stored);
+    // SAFETY: `ty` and the name are valid for the call (MLIR copies the
+    // name). The data pointer stays valid for 'c, the lifetime of the module
+    // and its attributes; MLIR only reads it (`dataIsMutable` false, no
+    // deleter), when the module is printed or written. After the module is
+    // dropped the context still lists the blob, but nothing refers to its
+    // handle any more, so the bytes are never read again.
+    let raw = unsafe {
+        mlir_sys::mlirUnmanagedDenseResourceElementsAttrGet(
+            ty.to_raw(),
+            StringRef::new(blob).to_raw(),
+            bytes.as_ptr() as *mut std::ffi::c_void,
+            bytes.len(),
+            alignment,
+            false,
+            None,
+            std::ptr::null_mut(),
+        )
+    };
+    // SAFETY: a null attribute is mapped to None.
+    unsafe { Attribute::from_option_raw(raw) }.ok_or_else(|| LowerError::Node {
+        node: param.to_string(),
+        op: "param",
+        message: format!("MLIR cannot make a dense_resource attribute of type {stored}"),
+        diagnostics: vec![],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::text;
+    use crate::lower::{print, write_module, Emit, LowerOptions, Session};
+    use melior::ir::Module;
+
+    const GRAPH: &str = "func @main(%x: tensor<2xf32>) {
+  %w = param {name = \"blk.0.w\"} : tensor<2xf32>
+  %s = param {name = \"s\"} : tensor<2xui8>
+  %n = param {name = \"n\"} : tensor<2xf32>
+  %y = add %x, %w : tensor<2xf32>
+  %z = add %y, %n : tensor<2xf32>
+  return %z, %s
+}
+";
+
+    fn f32_bytes(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// Parses text or bytecode (MLIR tells them apart by the magic).
+    fn parse<'c>(session: &'c Session, bytes: &[u8]) -> Module<'c> {
+        let source = mlir_sys::MlirStringRef { data: bytes.as_ptr().cast(), length: bytes.len() };
+        // SAFETY: the context is live and MLIR copies what it keeps of the source.
+        let raw = unsafe { mlir_sys::mlirModuleCreateParse(session.context().to_raw(), source) };
+        unsafe { Module::from_option_raw(raw) }.expect("the written module parses back")
+    }
+
+    #[test]
+    fn inline_params_are_dense_resources_of_the_stored_type() {
+        let graph = text::parse(GRAPH).unwrap();
+        // Cache-line aligned bytes still record their element size as the
+        // alignment (see `inline_attribute`).
+        #[repr(align(64))]
+        struct Line([u8; 72]);
+        let mut line = Line([0; 72]);
+        line.0[0..8].copy_from_slice(&f32_bytes(&[1.5, -2.0]));
+        line.0[64..66].copy_from_slice(&[7, 200]);
+        let (w, s) = (&line.0[0..8], &line.0[64..66]);
+        let session = Session::new();
+        let inits = ParamInits::new().inline("blk.0.w", w).inline("s", s).named("n", "other", "norm.weight");
+        let module = session.lower_with(&graph, &LowerOptions::default(), &inits).unwrap();
+        let text = print(&module).unwrap();
+        // Unsigned params are stored signless, as for named params.
+        for line in [
+            "initial_value = dense_resource<blk.0.w> : tensor<2xf32>, sym_name = \"blk.0.w\"",
+            "initial_value = dense_resource<s> : tensor<2xi8>, sym_name = \"s\"",
+            "initial_value = #flow.parameter.named<\"other\"::\"norm.weight\"> : tensor<2xf32>, sym_name = \"n\"",
+            // The alignment as a little-endian u32, then the bytes.
+            "blk.0.w: \"0x040000000000C03F000000C0\"",
+            "s: \"0x0100000007C8\"",
+        ] {
+            assert!(text.contains(line), "missing `{line}` in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn params_without_an_init_stay_named_in_the_lowering_scope() {
+        let graph = text::parse(GRAPH).unwrap();
+        let session = Session::new();
+        let options = LowerOptions { param_scope: "ckpt".into() };
+        let module = session.lower_with(&graph, &options, &ParamInits::new().named("s", "q", "s.raw")).unwrap();
+        let text = print(&module).unwrap();
+        assert!(text.contains("#flow.parameter.named<\"ckpt\"::\"blk.0.w\">"), "{text}");
+        assert!(text.contains("#flow.parameter.named<\"q\"::\"s.raw\"> : tensor<2xi8>"), "{text}");
+        assert!(!text.contains("dialect_resources"), "{text}");
+    }
+
+    #[test]
+    fn inline_bytes_of_the_wrong_size_name_the_param() {
+        let graph = text::parse(GRAPH).unwrap();
+        let session = Session::new();
+        let short = [0u8; 7];
+        let e = session
+            .lower_with(&graph, &LowerOptions::default(), &ParamInits::new().inline("blk.0.w", &short))
+            .unwrap_err();
+        assert!(
+            matches!(&e, LowerError::InlineParamSize { param, expected: Some(8), got: 7, .. } if param == "blk.0.w")
+        );
+        assert_eq!(
+            e.to_string(),
+            "param \"blk.0.w\": inline bytes are 7 but its global holds tensor<2xf32> (8 bytes); \
+             pass the param's raw little-endian bytes"
+        );
+    }
+
+    /// Text with resources in full and bytecode both parse back (in a fresh
+    /// context, where the blob names are free) to the same module; elided
+    /// text drops the blobs.
+    #[test]
+    fn text_and_bytecode_round_trip_with_their_resources() {
+        let graph = text::parse(GRAPH).unwrap();
+        let w = f32_bytes(&[1.5, -2.0]);
+        let s = [7u8, 200];
+        let session = Session::new();
+        let inits = ParamInits::new().inline("blk.0.w", &w).inline("s", &s);
+        let module = session.lower_with(&graph, &LowerOptions::default(), &inits).unwrap();
+        let text = print(&module).unwrap();
+
+        let mut written = Vec::new();
+        write_module(&module, Emit::default(), &mut written).unwrap();
+        assert_eq!(String::from_utf8(written).unwrap(), text, "streamed text equals print()");
+        let fresh = Session::new();
+        assert_eq!(print(&parse(&fresh, text.as_bytes())).unwrap(), text);
+
+        let mut bytecode = Vec::new();
+        write_module(&module, Emit::Mlirbc, &mut bytecode).unwrap();
+        assert!(bytecode.starts_with(b"ML\xefR"), "bytecode magic");
+        // The blobs are stored raw: the f32 bytes appear as they are.
+        assert!(bytecode.windows(w.len()).any(|c| c == w), "raw blob in the bytecode");
+        let fresh = Session::new();
+        assert_eq!(print(&parse(&fresh, &bytecode)).unwrap(), text);
+
+        let mut elided = Vec::new();
+        write_module(&module, Emit::Mlir { elide_resources_over: Some(2) }, &mut elided).unwrap();
+        let elided = String::from_utf8(elided).unwrap();
+        assert!(elided.contains("dense_resource<blk.0.w>") && !elided.contains("0x0400"), "{elided}");
+    }
+
+    /// A later lowering in the same session gets fresh blob names: MLIR
+    /// uniques them per context.
+    #[test]
+    fn blob_names_are_unique_per_session() {
+        let graph = text::parse(GRAPH).unwrap();
+        let w = f32_bytes(&[1.5, -2.0]);
+        let session = Session::new();
+        let inits = ParamInits::new().inline("blk.0.w", &w);
+        let first = print(&session.lower_with(&graph, &LowerOptions::default(), &inits).unwrap()).unwrap();
+        let second = print(&session.lower_with(&graph, &LowerOptions::default(), &inits).unwrap()).unwrap();
+        assert!(first.contains("dense_resource<blk.0.w>"), "{first}");
+        assert!(second.contains("dense_resource<blk.0.w_1>") && second.contains("blk.0.w_1: \"0x"), "{second}");
+    }
+}
