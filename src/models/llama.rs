@@ -15,7 +15,7 @@
 //! permuted the Q/K rows of HF's `rotate_half` layout into that order.
 
 use super::{GgufWeights, ModelError, Result, Weight};
-use crate::graph::{DType, Graph, TensorType, DYNAMIC};
+use crate::graph::{ComparisonDirection, DType, Graph, TensorType, DYNAMIC};
 use crate::trace::nn::{attention, causal_mask, Rope, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
@@ -180,11 +180,27 @@ impl<'t> Cache<'t> {
                 self.0.ty
             )));
         };
-        let (layer_index, zero) = (t.constant(layer as f64, start.ty.clone())?, t.constant(0.0, start.ty.clone())?);
-        let update = x.reshape(&[1, kv_heads, x.ty.shape[1], head_dim])?;
-        self.0 = self.0.dynamic_update_slice(&update, &[&layer_index, &zero, start, &zero])?;
-        let row = self.0.slice(&[layer, 0, 0, 0], &[layer + 1, kv_heads, context, head_dim], &[1; 4])?;
-        Ok(row.reshape(&[kv_heads, context, head_dim])?)
+        let index = |i: usize| t.constant(i as f64, start.ty.clone());
+        let (layer_index, zero) = (index(layer)?, index(0)?);
+        let old = self.0.slice(&[layer, 0, 0, 0], &[layer + 1, kv_heads, context, head_dim], &[1; 4])?;
+        let old = old.reshape(&[kv_heads, context, head_dim])?;
+        let row = if x.ty.is_dynamic() {
+            // iree-compile cannot legalize a dynamic_update_slice whose update
+            // is `?` long, so a prompt is spread over the whole row instead:
+            // position j takes x[j - start] (gather clamps the index) where
+            // j >= start. Positions past the prompt get copies of its last
+            // row; the mask hides them until decode overwrites them.
+            let j = t.iota(0, TensorType::new([context], DType::I32))?;
+            let start_j = start.broadcast_in_dim(&[context], &[])?;
+            let spread = x.transpose(&[1, 0, 2])?.gather(&j.subtract(&start_j)?)?.transpose(&[1, 0, 2])?;
+            let before = j.compare(ComparisonDirection::Lt, &start_j)?.broadcast_in_dim(&old.ty.shape, &[1])?;
+            before.select(&old, &spread)?
+        } else {
+            old.dynamic_update_slice(x, &[&zero, start, &zero])?
+        };
+        let update = row.reshape(&[1, kv_heads, context, head_dim])?;
+        self.0 = self.0.dynamic_update_slice(&update, &[&layer_index, &zero, &zero, &zero])?;
+        Ok(row)
     }
 }
 
@@ -482,6 +498,46 @@ mod tests {
             assert!(max_diff <= 1e-3, "logits differ by {max_diff}");
             assert_eq!(best, argmax_rows(&iree_logits, vocab), "argmax differs");
         }
+    }
+
+    /// `prefill` + `decode` compiled into one module: the prompt minus its
+    /// last token, then that token decoded at its position, gives IREE's
+    /// own whole-prompt prefill logits.
+    #[test]
+    fn smollm2_prefill_then_decode_through_iree() {
+        let gguf = smollm2();
+        let weights = keep(&gguf);
+        let ids = Tokenizer::from_gguf(&gguf).unwrap().encode("The capital of France is", false);
+        let graphs = entry_points(&weights, 32, 1).unwrap();
+        let session = crate::lower::Session::new();
+        let inits = crate::params::ParamInits::default();
+        let module = session.lower_functions(&[&graphs[0], &graphs[1]], &LowerOptions::default(), &inits).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        std::fs::write(path("m.mlir"), crate::lower::print(&module).unwrap()).unwrap();
+        let iree = crate::iree::Iree::for_tests();
+        let start = Instant::now();
+        iree.compile(&path("m.mlir"), &path("m.vmfb")).unwrap();
+        eprintln!("iree-compile prefill + decode: {:.2?}", start.elapsed());
+        let gguf_path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SMOLLM2);
+        let run = |function: &str, inputs: &[&str], outputs: &[&str]| {
+            let inputs: Vec<_> = inputs.iter().map(|n| path(n)).collect();
+            let outputs: Vec<_> = outputs.iter().map(|n| path(n)).collect();
+            iree.run(&path("m.vmfb"), function, &inputs, Some(("model", &gguf_path)), &outputs).unwrap();
+            outputs.iter().map(|p| crate::npy::read(p).unwrap()).collect::<Vec<_>>()
+        };
+        let n = ids.len();
+        crate::npy::write(&path("all.npy"), &token_values(&ids)).unwrap();
+        crate::npy::write(&path("head.npy"), &token_values(&ids[..n - 1])).unwrap();
+        crate::npy::write(&path("last.npy"), &token_values(&ids[n - 1..])).unwrap();
+        crate::npy::write(&path("pos.npy"), &scalar_i32(n as i32 - 1)).unwrap();
+        let full = run("prefill", &["all.npy"], &["full.npy", "k0.npy", "v0.npy"])[0].to_f64_vec();
+        run("prefill", &["head.npy"], &["head_logits.npy", "k.npy", "v.npy"]);
+        let step = run("decode", &["last.npy", "pos.npy", "k.npy", "v.npy"], &["step.npy", "k1.npy", "v1.npy"]);
+        let vocab = full.len() / n;
+        let diff = max_abs_diff(&step[0].to_f64_vec(), &full[(n - 1) * vocab..]);
+        eprintln!("decode vs whole-prompt prefill through IREE: max |diff| {diff:e}");
+        assert!(diff <= 1e-4, "{diff}");
     }
 
     /// A GGUF v3 file in memory: `(key, value)` metadata (u32, f32 or
