@@ -360,10 +360,7 @@ pub fn entry_points<D: AsRef<[u8]>>(
         let tokens = t.input("tokens", TensorType::new([1, DYNAMIC], DType::I32))?;
         let empty = t.constant(0.0, model.cache_type(max_context))?;
         let start = t.constant(0.0, TensorType::new([], DType::I32))?;
-        let mut cache = KvCache { keys: Cache(empty.clone()), values: Cache(empty), start };
-        let logits = model.forward_cached(&tokens.reshape(&[DYNAMIC])?, &mut cache)?;
-        let logits = logits.reshape(&[1, DYNAMIC, model.config.vocab_size])?;
-        t.finish(&[&logits, &cache.keys.0, &cache.values.0])?
+        finish_cached(&t, &model, &tokens, KvCache { keys: Cache(empty.clone()), values: Cache(empty), start })?
     };
     let decode = {
         let t = Tracer::new("decode");
@@ -372,12 +369,18 @@ pub fn entry_points<D: AsRef<[u8]>>(
         let start = t.input("position", TensorType::new([], DType::I32))?;
         let keys = t.input("keys", model.cache_type(max_context))?;
         let values = t.input("values", model.cache_type(max_context))?;
-        let mut cache = KvCache { keys: Cache(keys), values: Cache(values), start };
-        let logits = model.forward_cached(&tokens.reshape(&[decode_len])?, &mut cache)?;
-        let logits = logits.reshape(&[1, decode_len, model.config.vocab_size])?;
-        t.finish(&[&logits, &cache.keys.0, &cache.values.0])?
+        finish_cached(&t, &model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start })?
     };
     Ok(vec![prefill, decode])
+}
+
+/// Runs `tokens [1, n]` through `model` with `cache` and ends the trace with
+/// `(logits [1, n, vocab], keys, values)`.
+fn finish_cached<'t>(t: &'t Tracer, model: &Llama<'t>, tokens: &Tensor<'t>, mut cache: KvCache<'t>) -> Result<Graph> {
+    let n = tokens.ty.shape[1];
+    let logits = model.forward_cached(&tokens.reshape(&[n])?, &mut cache)?;
+    let logits = logits.reshape(&[1, n, model.config.vocab_size])?;
+    Ok(t.finish(&[&logits, &cache.keys.0, &cache.values.0])?)
 }
 
 /// Prefill without a KV cache: `main(tokens: tensor<1 x seq_len x i32>) ->

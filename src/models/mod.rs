@@ -9,6 +9,7 @@ pub mod llama;
 
 use crate::graph::{DType, TensorType};
 use crate::interp::{Buffer, InterpError, ParamSource, Value};
+use crate::trace::nn::to_f32;
 use crate::trace::{dequant, Tensor, TraceError, Tracer};
 use crate::weights::ggml::GgmlType;
 use crate::weights::gguf::{Gguf, GgufTensor};
@@ -134,8 +135,7 @@ impl<'t> Weight<'t> {
     pub fn f32(&self) -> Result<Tensor<'t>> {
         Ok(match self.packed {
             Some(ty) => dequant::dequantize(&self.raw, ty, &self.shape)?,
-            None if self.raw.ty.dtype == DType::F32 => self.raw.clone(),
-            None => self.raw.convert(DType::F32)?,
+            None => to_f32(&self.raw)?,
         })
     }
 
@@ -159,13 +159,9 @@ impl<'t> Weight<'t> {
                 Ok(dequant::dequantize(&picked, ty, &[n, cols])?)
             }
             Some(_) => Ok(self.f32()?.gather(ids)?),
-            None => Ok(cast_f32(&self.raw.gather(ids)?)?),
+            None => Ok(to_f32(&self.raw.gather(ids)?)?),
         }
     }
-}
-
-fn cast_f32<'t>(x: &Tensor<'t>) -> Result<Tensor<'t>> {
-    Ok(if x.ty.dtype == DType::F32 { x.clone() } else { x.convert(DType::F32)? })
 }
 
 impl<D: AsRef<[u8]>> ParamSource for GgufWeights<'_, D> {

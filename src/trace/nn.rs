@@ -44,7 +44,8 @@ fn cast<'t>(x: &Tensor<'t>, dtype: DType) -> Result<Tensor<'t>> {
     }
 }
 
-fn to_f32<'t>(x: &Tensor<'t>) -> Result<Tensor<'t>> {
+/// `x` as f32, or `x` itself if it is f32 already.
+pub(crate) fn to_f32<'t>(x: &Tensor<'t>) -> Result<Tensor<'t>> {
     cast(x, DType::F32)
 }
 
