@@ -8,13 +8,14 @@
 pub mod llama;
 
 use crate::graph::{DType, TensorType};
-use crate::interp::{Buffer, InterpError, ParamSource, Value};
+use crate::interp::{InterpError, ParamSource, Value};
+use crate::params::archive::{self, DerivedParam, Encoding};
 use crate::trace::nn::to_f32;
 use crate::trace::{dequant, Tensor, TraceError, Tracer};
 use crate::weights::ggml::GgmlType;
 use crate::weights::gguf::{Gguf, GgufTensor};
-use crate::weights::quant;
 use crate::weights::WeightsError;
+use std::path::Path;
 use thiserror::Error;
 
 /// What a quantized (packed) checkpoint tensor becomes.
@@ -68,12 +69,55 @@ pub enum ModelError {
 
 pub type Result<T> = std::result::Result<T, ModelError>;
 
+/// A checkpoint as the front-ends see it. Tensors are asked for by
+/// llama.cpp's GGUF names (`blk.0.attn_q.weight`); a source with other
+/// names (HF safetensors) maps them. The param each one declares is named
+/// as in the source file, so `#flow.parameter.named<"model"::NAME>` finds it
+/// there.
+pub trait Checkpoint: ParamSource {
+    /// Declares the tensor `name` as a param, checking it has the row-major
+    /// `expected` shape.
+    fn load<'t>(&self, tracer: &'t Tracer, name: &str, expected: &[usize]) -> Result<Weight<'t>>;
+
+    /// Whether the checkpoint has the tensor `name`.
+    fn contains(&self, name: &str) -> bool;
+
+    /// How the param `param` (a name in the source file, as declared by
+    /// [`Checkpoint::load`]) is made from the stored bytes: copied when
+    /// [`DerivedParam::is_copy`], else converted.
+    fn stored(&self, param: &str) -> Result<DerivedParam<'_>>;
+
+    /// The file that `#flow.parameter.named` keys of copied params refer to.
+    fn path(&self) -> &Path;
+}
+
+/// The interpreter's view of a checkpoint: each param as it is declared,
+/// converted on the host when it is not stored as is.
+fn param_value(checkpoint: &dyn Checkpoint, name: &str, ty: &TensorType) -> std::result::Result<Value, InterpError> {
+    let fail = |message: String| InterpError::Param { name: name.to_string(), message };
+    let stored = checkpoint.stored(name).map_err(|e| match e {
+        ModelError::MissingTensor(_) => InterpError::MissingParam { name: name.to_string() },
+        e => fail(e.to_string()),
+    })?;
+    if stored.target != ty.dtype {
+        return Err(InterpError::ParamType { name: name.to_string(), expected: ty.clone(), found: stored.target.to_string() });
+    }
+    if stored.is_copy() {
+        return Value::from_le_bytes(ty, stored.source);
+    }
+    let bytes = archive::derive_to_vec(&stored).map_err(|e| fail(e.to_string()))?;
+    Value::from_le_bytes(ty, &bytes)
+}
+
 /// A GGUF file read under a [`PackedPolicy`]: how each tensor is declared
-/// as a param ([`GgufWeights::param_type`], [`GgufWeights::load`]), and the
+/// as a param ([`GgufWeights::param_type`], [`Checkpoint::load`]), and the
 /// same values for the interpreter ([`ParamSource`]).
 pub struct GgufWeights<'g, D: AsRef<[u8]>> {
     pub gguf: &'g Gguf<D>,
     pub packed: PackedPolicy,
+    /// Dense float tensors are declared as this dtype instead of their own
+    /// (an archive of one dtype); `None` keeps them as stored.
+    pub cast: Option<DType>,
 }
 
 impl<'g, D: AsRef<[u8]>> GgufWeights<'g, D> {
@@ -83,19 +127,28 @@ impl<'g, D: AsRef<[u8]>> GgufWeights<'g, D> {
                 return Err(ModelError::DequantizeDType(dtype));
             }
         }
-        Ok(GgufWeights { gguf, packed })
+        Ok(GgufWeights { gguf, packed, cast: None })
     }
 
-    /// The param type of `tensor`: f32/f16/bf16 as themselves; a quantized
-    /// type as the policy says. The one place that decides it, for
-    /// [`GgufWeights::load`] and the interpreter alike.
+    /// Declares every dense float tensor as `dtype` (f32, f16 or bf16).
+    pub fn with_cast(mut self, dtype: DType) -> Result<Self> {
+        if !dtype.is_float() {
+            return Err(ModelError::DequantizeDType(dtype));
+        }
+        self.cast = Some(dtype);
+        Ok(self)
+    }
+
+    /// The param type of `tensor`: f32/f16/bf16 as themselves (or the
+    /// cast); a quantized type as the policy says. The one place that
+    /// decides it, for [`Checkpoint::load`] and the interpreter alike.
     pub fn param_type(&self, tensor: &GgufTensor<'_>) -> Result<TensorType> {
         let dense = |dtype| Ok(TensorType::new(tensor.shape(), dtype));
         let name = || tensor.name.to_string();
         match (tensor.ggml_type, self.packed) {
-            (GgmlType::F32, _) => dense(DType::F32),
-            (GgmlType::F16, _) => dense(DType::F16),
-            (GgmlType::BF16, _) => dense(DType::BF16),
+            (GgmlType::F32, _) => dense(self.cast.unwrap_or(DType::F32)),
+            (GgmlType::F16, _) => dense(self.cast.unwrap_or(DType::F16)),
+            (GgmlType::BF16, _) => dense(self.cast.unwrap_or(DType::BF16)),
             (ty, _) if !ty.is_quantized() => Err(ModelError::UnsupportedType { name: name(), ty }),
             (ty, PackedPolicy::Fail) => Err(ModelError::Packed { name: name(), ty }),
             (_, PackedPolicy::Dequantize(dtype)) => dense(dtype),
@@ -104,9 +157,14 @@ impl<'g, D: AsRef<[u8]>> GgufWeights<'g, D> {
         }
     }
 
-    /// Declares the tensor `name` as a param, checking it has `expected` shape.
-    pub fn load<'t>(&self, tracer: &'t Tracer, name: &str, expected: &[usize]) -> Result<Weight<'t>> {
-        let tensor = self.gguf.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+    fn tensor(&self, name: &str) -> Result<GgufTensor<'_>> {
+        self.gguf.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+    }
+}
+
+impl<D: AsRef<[u8]>> Checkpoint for GgufWeights<'_, D> {
+    fn load<'t>(&self, tracer: &'t Tracer, name: &str, expected: &[usize]) -> Result<Weight<'t>> {
+        let tensor = self.tensor(name)?;
         let shape = tensor.shape();
         if shape != expected {
             return Err(ModelError::TensorShape { name: name.to_string(), expected: expected.to_vec(), found: shape });
@@ -115,6 +173,25 @@ impl<'g, D: AsRef<[u8]>> GgufWeights<'g, D> {
         let packed = (ty.dtype == DType::I8 && tensor.ggml_type.is_quantized()).then_some(tensor.ggml_type);
         let raw = tracer.param(name, ty)?;
         Ok(Weight { name: name.to_string(), raw, packed, shape })
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.gguf.tensor(name).is_some()
+    }
+
+    fn stored(&self, param: &str) -> Result<DerivedParam<'_>> {
+        let tensor = self.tensor(param)?;
+        let target = self.param_type(&tensor)?.dtype;
+        // Kept blocks are the param's i8 bytes as stored.
+        let encoding = match target {
+            DType::I8 if tensor.ggml_type.is_quantized() => Encoding::Dense(DType::I8),
+            _ => Encoding::Ggml(tensor.ggml_type),
+        };
+        Ok(DerivedParam { name: tensor.name, source: tensor.data, encoding, target })
+    }
+
+    fn path(&self) -> &Path {
+        self.gguf.path()
     }
 }
 
@@ -165,25 +242,7 @@ impl<'t> Weight<'t> {
 }
 
 impl<D: AsRef<[u8]>> ParamSource for GgufWeights<'_, D> {
-    /// The tensor as [`GgufWeights::param_type`] declares it: raw block bytes
-    /// (what IREE reads with `--parameters=model=FILE.gguf`), or values
-    /// dequantized on the host by the CPU dequantizers.
     fn param(&self, name: &str, ty: &TensorType) -> std::result::Result<Value, InterpError> {
-        let tensor = self.gguf.tensor(name).ok_or_else(|| InterpError::MissingParam { name: name.to_string() })?;
-        let fail = |message: String| InterpError::Param { name: name.to_string(), message };
-        let stored = self.param_type(&tensor).map_err(|e| fail(e.to_string()))?;
-        if stored != *ty {
-            return Err(InterpError::ParamType {
-                name: name.to_string(),
-                expected: ty.clone(),
-                found: stored.to_string(),
-            });
-        }
-        if !tensor.ggml_type.is_quantized() || ty.dtype == DType::I8 {
-            return Value::from_le_bytes(ty, tensor.data);
-        }
-        let values = quant::dequantize_to_vec(tensor.ggml_type, tensor.data).map_err(|e| fail(e.to_string()))?;
-        let f32s = Value::new(ty.with_dtype(DType::F32), Buffer::F32(values))?;
-        Ok(f32s.convert(ty.dtype))
+        param_value(self, name, ty)
     }
 }

@@ -103,6 +103,29 @@ pub fn write_derived(path: &Path, params: &[DerivedParam<'_>]) -> Result<Archive
     write_in_chunks(path, params, CHUNK_BYTES)
 }
 
+/// One param's derived bytes in memory (for inline params and the
+/// interpreter): what [`write_derived`] would store for it.
+pub fn derive_to_vec(p: &DerivedParam<'_>) -> Result<Vec<u8>, ParamsError> {
+    match plan(p, usize::MAX)?.0 {
+        Plan::Copy => Ok(p.source.to_vec()),
+        Plan::Convert { from, .. } => {
+            let values = quant::dequantize_to_vec(from, p.source)
+                .map_err(|e| ParamsError::Spec { entry: p.name.to_string(), message: e.to_string() })?;
+            let mut bytes = Vec::new();
+            encode(&values, p.target, &mut bytes);
+            Ok(bytes)
+        }
+    }
+}
+
+impl DerivedParam<'_> {
+    /// Whether the stored bytes already are the param's: it can be read
+    /// from the source file as is.
+    pub fn is_copy(&self) -> bool {
+        self.encoding.dense() == Some(self.target)
+    }
+}
+
 /// How one entry's bytes are produced.
 #[derive(Clone, Copy, Debug)]
 enum Plan {
