@@ -14,7 +14,7 @@
 //! `LLAMA_ROPE_TYPE_NORM` for `LLM_ARCH_LLAMA`, its HF converter having
 //! permuted the Q/K rows of HF's `rotate_half` layout into that order.
 
-use super::{ModelError, Result, Weight};
+use super::{merge_heads, split_heads, ModelError, Result, Weight};
 use crate::graph::{DType, Graph, TensorType};
 use crate::trace::nn::{attention, causal_mask, Rope, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
@@ -97,18 +97,6 @@ impl Config {
         }
         Ok(config)
     }
-}
-
-/// `x [seq, n·hd] -> [n, seq, hd]`
-fn split_heads<'t>(x: &Tensor<'t>, heads: usize, head_dim: usize) -> Result<Tensor<'t>> {
-    let seq = x.ty.shape[0];
-    Ok(x.reshape(&[seq, heads, head_dim])?.transpose(&[1, 0, 2])?)
-}
-
-/// `x [n, seq, hd] -> [seq, n·hd]`
-fn merge_heads<'t>(x: &Tensor<'t>) -> Result<Tensor<'t>> {
-    let (heads, seq, head_dim) = (x.ty.shape[0], x.ty.shape[1], x.ty.shape[2]);
-    Ok(x.transpose(&[1, 0, 2])?.reshape(&[seq, heads * head_dim])?)
 }
 
 /// Grouped-query self-attention:
@@ -261,6 +249,7 @@ mod tests {
     use super::*;
     use crate::interp::{self, Value};
     use crate::lower::{lower_to_string, LowerOptions};
+    use crate::models::testing::{gguf_bytes, Fill, Meta};
     use crate::models::GgufParams;
     use crate::tokenizer::Tokenizer;
     use std::path::Path;
@@ -348,53 +337,6 @@ mod tests {
         }
     }
 
-    /// A GGUF v3 file in memory: `(key, value)` metadata (u32, f32 or
-    /// string) and `(name, row-major shape, ggml type, bytes)` tensors.
-    enum Meta {
-        U32(u32),
-        F32(f32),
-        Str(&'static str),
-    }
-
-    fn gguf_bytes(meta: &[(&str, Meta)], tensors: &[(String, Vec<usize>, u32, Vec<u8>)]) -> Vec<u8> {
-        let mut b = Vec::new();
-        let string = |b: &mut Vec<u8>, s: &str| {
-            b.extend((s.len() as u64).to_le_bytes());
-            b.extend(s.as_bytes());
-        };
-        b.extend(b"GGUF");
-        b.extend(3u32.to_le_bytes());
-        b.extend((tensors.len() as u64).to_le_bytes());
-        b.extend((meta.len() as u64).to_le_bytes());
-        for (key, value) in meta {
-            string(&mut b, key);
-            match value {
-                Meta::U32(v) => b.extend(4u32.to_le_bytes().into_iter().chain(v.to_le_bytes())),
-                Meta::F32(v) => b.extend(6u32.to_le_bytes().into_iter().chain(v.to_le_bytes())),
-                Meta::Str(v) => {
-                    b.extend(8u32.to_le_bytes());
-                    string(&mut b, v);
-                }
-            }
-        }
-        let align = |n: usize| n.div_ceil(32) * 32;
-        let mut offset = 0;
-        for (name, shape, ty, data) in tensors {
-            string(&mut b, name);
-            b.extend((shape.len() as u32).to_le_bytes());
-            shape.iter().rev().for_each(|&d| b.extend((d as u64).to_le_bytes()));
-            b.extend(ty.to_le_bytes());
-            b.extend((offset as u64).to_le_bytes());
-            offset = align(offset + data.len());
-        }
-        b.resize(align(b.len()), 0);
-        for (_, _, _, data) in tensors {
-            b.extend(data);
-            b.resize(align(b.len()), 0);
-        }
-        b
-    }
-
     /// A 2-block llama (hidden 32, 4 heads over 2 kv heads, ffn 64, vocab
     /// 16) with seeded weights: norms F32, matrices Q8_0 (the Keep path),
     /// `output.weight` F32 unless tied.
@@ -402,18 +344,8 @@ mod tests {
         const Q8_0: u32 = 8;
         let (hidden, ff, vocab, heads, kv_heads, blocks) = (32, 64, 16, 4, 2, 2);
         let hd = hidden / heads;
-        let seed = std::cell::Cell::new(1u64);
-        let next_seed = || seed.replace(seed.get() + 1);
-        let f32s = |n: usize, around: f32| -> Vec<u8> {
-            let v = Value::random(&TensorType::new([n], DType::F32), next_seed(), 0..1);
-            v.to_f64_vec().iter().flat_map(|x| (around + 0.5 * *x as f32).to_le_bytes()).collect()
-        };
-        let q8_0 = |n: usize| -> Vec<u8> {
-            let q = Value::random(&TensorType::new([n], DType::I8), next_seed(), -127..128).to_le_bytes();
-            q.chunks(32)
-                .flat_map(|c| half::f16::from_f32(0.01).to_le_bytes().into_iter().chain(c.iter().copied()))
-                .collect()
-        };
+        let fill = Fill::new(1);
+        let (f32s, q8_0) = (|n, around| fill.f32s(n, around), |n| fill.q8_0(n));
         let mut tensors = vec![("token_embd.weight".to_string(), vec![vocab, hidden], Q8_0, q8_0(vocab * hidden))];
         for i in 0..blocks {
             let w = |n: &str| format!("blk.{i}.{n}.weight");

@@ -1,8 +1,9 @@
 //! Model front-ends: each architecture traces its forward pass from a
 //! checkpoint's metadata and tensor table, one file per family
-//! ([`llama`]). This module holds what they share: how a GGUF tensor
-//! becomes a graph param ([`Weight`]), and the [`GgufParams`] that feeds
-//! the same bytes to the reference interpreter.
+//! ([`llama`]). This module holds what they share: how a GGUF
+//! tensor becomes a graph param ([`Weight`]), the [`GgufParams`] that feeds
+//! the same bytes to the reference interpreter, and the head reshapes of
+//! multi-head attention.
 //!
 //! Weights follow the **Keep** policy: a quantized tensor is declared as its
 //! raw ggml blocks, `tensor<NBYTESxi8>`, and the graph dequantizes it
@@ -109,6 +110,18 @@ impl<'t> Weight<'t> {
     }
 }
 
+/// `x [seq, n·hd] -> [n, seq, hd]`
+fn split_heads<'t>(x: &Tensor<'t>, heads: usize, head_dim: usize) -> Result<Tensor<'t>> {
+    let seq = x.ty.shape[0];
+    Ok(x.reshape(&[seq, heads, head_dim])?.transpose(&[1, 0, 2])?)
+}
+
+/// `x [n, seq, hd] -> [seq, n·hd]`
+fn merge_heads<'t>(x: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let (heads, seq, head_dim) = (x.ty.shape[0], x.ty.shape[1], x.ty.shape[2]);
+    Ok(x.transpose(&[1, 0, 2])?.reshape(&[seq, heads * head_dim])?)
+}
+
 /// The interpreter's view of a GGUF file: every tensor as [`param_type`]
 /// declares it (raw block bytes as `i8` for quantized types), i.e. exactly
 /// what IREE reads with `--parameters=model=FILE.gguf`.
@@ -127,5 +140,85 @@ impl<D: AsRef<[u8]>> ParamSource for GgufParams<'_, D> {
             });
         }
         Value::from_le_bytes(ty, tensor.data)
+    }
+}
+
+/// Synthetic GGUF files for the model front-ends' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::graph::{DType, TensorType};
+    use crate::interp::Value;
+
+    /// A GGUF v3 file in memory: `(key, value)` metadata (u32, f32 or
+    /// string) and `(name, row-major shape, ggml type, bytes)` tensors.
+    pub enum Meta {
+        U32(u32),
+        F32(f32),
+        Str(&'static str),
+    }
+
+    pub fn gguf_bytes(meta: &[(&str, Meta)], tensors: &[(String, Vec<usize>, u32, Vec<u8>)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        let string = |b: &mut Vec<u8>, s: &str| {
+            b.extend((s.len() as u64).to_le_bytes());
+            b.extend(s.as_bytes());
+        };
+        b.extend(b"GGUF");
+        b.extend(3u32.to_le_bytes());
+        b.extend((tensors.len() as u64).to_le_bytes());
+        b.extend((meta.len() as u64).to_le_bytes());
+        for (key, value) in meta {
+            string(&mut b, key);
+            match value {
+                Meta::U32(v) => b.extend(4u32.to_le_bytes().into_iter().chain(v.to_le_bytes())),
+                Meta::F32(v) => b.extend(6u32.to_le_bytes().into_iter().chain(v.to_le_bytes())),
+                Meta::Str(v) => {
+                    b.extend(8u32.to_le_bytes());
+                    string(&mut b, v);
+                }
+            }
+        }
+        let align = |n: usize| n.div_ceil(32) * 32;
+        let mut offset = 0;
+        for (name, shape, ty, data) in tensors {
+            string(&mut b, name);
+            b.extend((shape.len() as u32).to_le_bytes());
+            shape.iter().rev().for_each(|&d| b.extend((d as u64).to_le_bytes()));
+            b.extend(ty.to_le_bytes());
+            b.extend((offset as u64).to_le_bytes());
+            offset = align(offset + data.len());
+        }
+        b.resize(align(b.len()), 0);
+        for (_, _, _, data) in tensors {
+            b.extend(data);
+            b.resize(align(b.len()), 0);
+        }
+        b
+    }
+
+    /// Seeded tensor bytes, each call with the next seed: `f32s(n, around)`
+    /// is F32 in `around ± 0.5`, `q8_0(n)` Q8_0 blocks of scale 0.01.
+    pub struct Fill(std::cell::Cell<u64>);
+
+    impl Fill {
+        pub fn new(seed: u64) -> Fill {
+            Fill(std::cell::Cell::new(seed))
+        }
+
+        fn next_seed(&self) -> u64 {
+            self.0.replace(self.0.get() + 1)
+        }
+
+        pub fn f32s(&self, n: usize, around: f32) -> Vec<u8> {
+            let v = Value::random(&TensorType::new([n], DType::F32), self.next_seed(), 0..1);
+            v.to_f64_vec().iter().flat_map(|x| (around + 0.5 * *x as f32).to_le_bytes()).collect()
+        }
+
+        pub fn q8_0(&self, n: usize) -> Vec<u8> {
+            let q = Value::random(&TensorType::new([n], DType::I8), self.next_seed(), -127..128).to_le_bytes();
+            q.chunks(32)
+                .flat_map(|c| half::f16::from_f32(0.01).to_le_bytes().into_iter().chain(c.iter().copied()))
+                .collect()
+        }
     }
 }
