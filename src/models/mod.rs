@@ -1,6 +1,6 @@
 //! Model front-ends: each architecture traces its forward pass from a
 //! checkpoint's metadata and tensor table, one file per family
-//! ([`llama`]). This module holds what they share: how a GGUF
+//! ([`llama`], [`gemma3`]). This module holds what they share: how a GGUF
 //! tensor becomes a graph param ([`Weight`]), the [`GgufParams`] that feeds
 //! the same bytes to the reference interpreter, and the head reshapes of
 //! multi-head attention.
@@ -11,6 +11,7 @@
 //! the GGUF file (`--parameters=model=FILE.gguf`) with nothing converted
 //! ahead of time.
 
+pub mod gemma3;
 pub mod llama;
 
 use crate::graph::{DType, TensorType};
@@ -27,7 +28,7 @@ pub enum ModelError {
     Trace(#[from] TraceError),
     #[error(transparent)]
     Weights(#[from] WeightsError),
-    #[error("unknown general.architecture \"{0}\" (supported: llama)")]
+    #[error("unknown general.architecture \"{0}\" (supported: llama, gemma3)")]
     UnknownArchitecture(String),
     #[error("tensor \"{0}\" is missing from the checkpoint")]
     MissingTensor(String),
