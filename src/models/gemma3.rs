@@ -420,8 +420,15 @@ mod tests {
     /// "The capital of France is" through the interpreter, checked against
     /// numpy (test/models/gemma3_reference.py, float64 from gguf-py's
     /// dequantizers) and against the same graph compiled by IREE.
+    ///
+    /// This 270M checkpoint ranks " the" (19.09), " a" (18.55), then
+    /// " Paris" (18.27): llama.cpp 0.3.36 (llama-cpp-python) ranks the same
+    /// five tokens in the same order from this file, its logits within 0.12
+    /// on average of ours at the last position (it rounds activations to
+    /// 8 bits for quantized matmuls), and greedy decoding goes on "the
+    /// capital of the country of France."
     #[test]
-    fn gemma3_says_paris() {
+    fn gemma3_says_paris_third() {
         let gguf = gemma3();
         let tokenizer = Tokenizer::from_gguf(&gguf).unwrap();
         let ids = tokenizer.encode("The capital of France is", tokenizer.add_bos_token());
@@ -441,8 +448,8 @@ mod tests {
         for &id in &top[..5] {
             eprintln!("  {id:>6} {:>12?} {:.4}", tokenizer.decode(&[id as u32]), last[id]);
         }
-        let words: Vec<String> = top[..5].iter().map(|&id| tokenizer.decode(&[id as u32])).collect();
-        assert!(words.iter().any(|w| w == " Paris"), "{words:?}");
+        let words: Vec<String> = top[..3].iter().map(|&id| tokenizer.decode(&[id as u32])).collect();
+        assert_eq!(words, [" the", " a", " Paris"]);
 
         // numpy, from the same GGUF.
         let dir = tempfile::tempdir().unwrap();
