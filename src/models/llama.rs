@@ -14,8 +14,8 @@
 //! `LLAMA_ROPE_TYPE_NORM` for `LLM_ARCH_LLAMA`, its HF converter having
 //! permuted the Q/K rows of HF's `rotate_half` layout into that order.
 
-use super::{GgufWeights, ModelError, Result, Weight};
-use crate::graph::{ComparisonDirection, DType, Graph, TensorType, DYNAMIC};
+use super::{merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
+use crate::graph::{DType, Graph, TensorType};
 use crate::trace::nn::{attention, causal_mask, Rope, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
@@ -43,6 +43,9 @@ pub struct Config {
     pub rms_norm_eps: f64,
     /// `llama.vocab_size`, else the rows of `token_embd.weight`
     pub vocab_size: usize,
+    /// Which features RoPE pairs: adjacent ones in GGUF (llama.cpp's
+    /// converter permuted Q/K rows for it), `(i, i + d/2)` in HF checkpoints.
+    pub rope_style: RopeStyle,
 }
 
 impl Config {
@@ -82,6 +85,7 @@ impl Config {
             rope_freq_base: float_or("llama.rope.freq_base", 10000.0)?,
             rms_norm_eps: gguf.get_f64("llama.attention.layer_norm_rms_epsilon")?,
             vocab_size,
+            rope_style: RopeStyle::Interleaved,
         };
         if config.rope_dimension_count != head_dim {
             return Err(ModelError::Config(format!(
@@ -99,18 +103,6 @@ impl Config {
     }
 }
 
-/// `x [seq, n·hd] -> [n, seq, hd]`
-fn split_heads<'t>(x: &Tensor<'t>, heads: usize, head_dim: usize) -> Result<Tensor<'t>> {
-    let seq = x.ty.shape[0];
-    Ok(x.reshape(&[seq, heads, head_dim])?.transpose(&[1, 0, 2])?)
-}
-
-/// `x [n, seq, hd] -> [seq, n·hd]`
-fn merge_heads<'t>(x: &Tensor<'t>) -> Result<Tensor<'t>> {
-    let (heads, seq, head_dim) = (x.ty.shape[0], x.ty.shape[1], x.ty.shape[2]);
-    Ok(x.transpose(&[1, 0, 2])?.reshape(&[seq, heads * head_dim])?)
-}
-
 /// Grouped-query self-attention:
 /// `attn(x) = W_o · softmax(rope(W_q x) · rope(W_k x)ᵀ / √hd + mask) · W_v x`.
 struct Attention<'t> {
@@ -124,7 +116,7 @@ struct Attention<'t> {
 }
 
 impl<'t> Attention<'t> {
-    fn load<D: AsRef<[u8]>>(t: &'t Tracer, weights: &GgufWeights<'_, D>, i: usize, c: &Config) -> Result<Self> {
+    fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
         let (hidden, q_dim, kv_dim) = (c.embedding_length, c.head_count * c.head_dim, c.head_count_kv * c.head_dim);
         let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
         Ok(Attention {
@@ -152,63 +144,13 @@ impl<'t> Attention<'t> {
         let k = rotation.apply(&split_heads(&x.linear(&self.attn_k)?, self.head_count_kv, self.head_dim)?)?;
         let v = split_heads(&x.linear(&self.attn_v)?, self.head_count_kv, self.head_dim)?;
         let (k, v) = match cache {
-            Some((cache, layer)) => {
-                (cache.keys.write(layer, &k, &cache.start)?, cache.values.write(layer, &v, &cache.start)?)
-            }
+            Some((cache, layer)) => cache.write(layer, &k, &v)?,
             None => (k, v),
         };
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let a = attention(&q, &k, &v, Some(mask), scale, None)?;
         Ok(merge_heads(&a)?.linear(&self.attn_output)?)
     }
-}
-
-/// Keys or values of every layer, `[block_count, head_count_kv,
-/// max_context, head_dim]` f32: one tensor, so entry points take and return
-/// two caches whatever the depth.
-pub struct Cache<'t>(pub Tensor<'t>);
-
-impl<'t> Cache<'t> {
-    /// Writes `x [kv_heads, seq, head_dim]` at positions `start..` of
-    /// `layer`, and returns the layer's whole `[kv_heads, max_context,
-    /// head_dim]` after the write.
-    fn write(&mut self, layer: usize, x: &Tensor<'t>, start: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let t = start.tracer();
-        let [_, kv_heads, context, head_dim] = self.0.ty.shape[..] else {
-            return Err(ModelError::Config(format!(
-                "a KV cache is [layers, kv_heads, context, head_dim], found {}",
-                self.0.ty
-            )));
-        };
-        let index = |i: usize| t.constant(i as f64, start.ty.clone());
-        let (layer_index, zero) = (index(layer)?, index(0)?);
-        let old = self.0.slice(&[layer, 0, 0, 0], &[layer + 1, kv_heads, context, head_dim], &[1; 4])?;
-        let old = old.reshape(&[kv_heads, context, head_dim])?;
-        let row = if x.ty.is_dynamic() {
-            // iree-compile cannot legalize a dynamic_update_slice whose update
-            // is `?` long, so a prompt is spread over the whole row instead:
-            // position j takes x[j - start] (gather clamps the index) where
-            // j >= start. Positions past the prompt get copies of its last
-            // row; the mask hides them until decode overwrites them.
-            let j = t.iota(0, TensorType::new([context], DType::I32))?;
-            let start_j = start.broadcast_in_dim(&[context], &[])?;
-            let spread = x.transpose(&[1, 0, 2])?.gather(&j.subtract(&start_j)?)?.transpose(&[1, 0, 2])?;
-            let before = j.compare(ComparisonDirection::Lt, &start_j)?.broadcast_in_dim(&old.ty.shape, &[1])?;
-            before.select(&old, &spread)?
-        } else {
-            old.dynamic_update_slice(x, &[&zero, start, &zero])?
-        };
-        let update = row.reshape(&[1, kv_heads, context, head_dim])?;
-        self.0 = self.0.dynamic_update_slice(&update, &[&layer_index, &zero, &zero, &zero])?;
-        Ok(row)
-    }
-}
-
-/// Both caches and where this call's tokens start (`tensor<i32>`).
-pub struct KvCache<'t> {
-    pub keys: Cache<'t>,
-    pub values: Cache<'t>,
-    pub start: Tensor<'t>,
 }
 
 /// SwiGLU feed-forward: `ffn(h) = W_down · (silu(W_gate · h) * W_up · h)`.
@@ -219,7 +161,7 @@ struct FeedForward<'t> {
 }
 
 impl<'t> FeedForward<'t> {
-    fn load<D: AsRef<[u8]>>(t: &'t Tracer, weights: &GgufWeights<'_, D>, i: usize, c: &Config) -> Result<Self> {
+    fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
         let (hidden, ff) = (c.embedding_length, c.feed_forward_length);
         let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
         Ok(FeedForward {
@@ -250,7 +192,7 @@ struct Block<'t> {
 }
 
 impl<'t> Block<'t> {
-    fn load<D: AsRef<[u8]>>(t: &'t Tracer, weights: &GgufWeights<'_, D>, i: usize, c: &Config) -> Result<Self> {
+    fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
         let norm = |name: &str| weights.load(t, &format!("blk.{i}.{name}.weight"), &[c.embedding_length])?.f32();
         Ok(Block {
             attn_norm: norm("attn_norm")?,
@@ -285,15 +227,15 @@ pub struct Llama<'t> {
 }
 
 impl<'t> Llama<'t> {
-    pub fn load<D: AsRef<[u8]>>(t: &'t Tracer, weights: &GgufWeights<'_, D>) -> Result<Self> {
-        let c = Config::from_gguf(weights.gguf)?;
+    pub fn load(t: &'t Tracer, c: &Config, weights: &dyn Checkpoint) -> Result<Self> {
+        let c = c.clone();
         let (vocab, hidden) = (c.vocab_size, c.embedding_length);
         let token_embd = weights.load(t, "token_embd.weight", &[vocab, hidden])?;
         let blocks = (0..c.block_count).map(|i| Block::load(t, weights, i, &c)).collect::<Result<Vec<_>>>()?;
         let output_norm = weights.load(t, "output_norm.weight", &[hidden])?.f32()?;
-        let output = match weights.gguf.tensor("output.weight") {
-            Some(_) => weights.load(t, "output.weight", &[vocab, hidden])?.f32()?,
-            None => token_embd.f32()?,
+        let output = match weights.contains("output.weight") {
+            true => weights.load(t, "output.weight", &[vocab, hidden])?.f32()?,
+            false => token_embd.f32()?,
         };
         Ok(Llama { tracer: t, config: c, token_embd, blocks, output_norm, output })
     }
@@ -306,18 +248,6 @@ impl<'t> Llama<'t> {
         self.run_blocks(tokens, positions, &mask, None)
     }
 
-    /// `tokens [seq]` at positions `cache.start..`, attending over the cache
-    /// after writing this call's keys and values into it.
-    pub fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
-        let t = self.tracer;
-        let seq = tokens.ty.shape[0];
-        let context = cache.keys.0.ty.shape[2];
-        let offsets = t.iota(0, TensorType::new([seq], DType::I32))?;
-        let positions = offsets.add(&cache.start.broadcast_in_dim(&[seq], &[])?)?;
-        let mask = causal_mask(t, seq, context, &cache.start)?;
-        self.run_blocks(tokens, &positions, &mask, Some(cache))
-    }
-
     fn run_blocks(
         &self,
         tokens: &Tensor<'t>,
@@ -326,7 +256,7 @@ impl<'t> Llama<'t> {
         mut cache: Option<&mut KvCache<'t>>,
     ) -> Result<Tensor<'t>> {
         let c = &self.config;
-        let rotation = Rope::new(c.head_dim, c.rope_freq_base, RopeStyle::Interleaved).at(positions)?;
+        let rotation = Rope::new(c.head_dim, c.rope_freq_base, c.rope_style).at(positions)?;
         let mut x = self.token_embd.rows(tokens)?;
         for (layer, block) in self.blocks.iter().enumerate() {
             x = block.forward(&x, &rotation, mask, cache.as_deref_mut().map(|c| (c, layer)))?;
@@ -334,61 +264,33 @@ impl<'t> Llama<'t> {
         let x = x.rms_norm(Some(&self.output_norm), c.rms_norm_eps)?;
         Ok(x.linear(&self.output)?)
     }
+}
 
-    /// The type of each KV cache for `max_context` positions.
-    pub fn cache_type(&self, max_context: usize) -> TensorType {
-        let c = &self.config;
-        TensorType::new([c.block_count, c.head_count_kv, max_context, c.head_dim], DType::F32)
+impl<'t> Decoder<'t> for Llama<'t> {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
     }
-}
 
-/// The serving entry points in one module, sharing the weights:
-/// - `prefill(tokens: tensor<1x?xi32>) -> (logits: tensor<1x?xVOCABxf32>,
-///   keys, values)`: the prompt at positions `0..`, caches of
-///   `max_context` positions holding it;
-/// - `decode(tokens: tensor<1xNxi32>, position: tensor<i32>, keys, values)
-///   -> (logits: tensor<1xNxVOCABxf32>, keys, values)`: `N` (usually 1)
-///   more tokens at `position..`.
-pub fn entry_points<D: AsRef<[u8]>>(
-    weights: &GgufWeights<'_, D>,
-    max_context: usize,
-    decode_len: usize,
-) -> Result<Vec<Graph>> {
-    let prefill = {
-        let t = Tracer::new("prefill");
-        let model = Llama::load(&t, weights)?;
-        let tokens = t.input("tokens", TensorType::new([1, DYNAMIC], DType::I32))?;
-        let empty = t.constant(0.0, model.cache_type(max_context))?;
-        let start = t.constant(0.0, TensorType::new([], DType::I32))?;
-        finish_cached(&t, &model, &tokens, KvCache { keys: Cache(empty.clone()), values: Cache(empty), start })?
-    };
-    let decode = {
-        let t = Tracer::new("decode");
-        let model = Llama::load(&t, weights)?;
-        let tokens = t.input("tokens", TensorType::new([1, decode_len], DType::I32))?;
-        let start = t.input("position", TensorType::new([], DType::I32))?;
-        let keys = t.input("keys", model.cache_type(max_context))?;
-        let values = t.input("values", model.cache_type(max_context))?;
-        finish_cached(&t, &model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start })?
-    };
-    Ok(vec![prefill, decode])
-}
+    fn cache_types(&self, max_context: usize) -> (TensorType, TensorType) {
+        let c = &self.config;
+        let ty = TensorType::new([c.block_count, c.head_count_kv, max_context, c.head_dim], DType::F32);
+        (ty.clone(), ty)
+    }
 
-/// Runs `tokens [1, n]` through `model` with `cache` and ends the trace with
-/// `(logits [1, n, vocab], keys, values)`.
-fn finish_cached<'t>(t: &'t Tracer, model: &Llama<'t>, tokens: &Tensor<'t>, mut cache: KvCache<'t>) -> Result<Graph> {
-    let n = tokens.ty.shape[1];
-    let logits = model.forward_cached(&tokens.reshape(&[n])?, &mut cache)?;
-    let logits = logits.reshape(&[1, n, model.config.vocab_size])?;
-    Ok(t.finish(&[&logits, &cache.keys.0, &cache.values.0])?)
+    fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
+        let seq = tokens.ty.shape[0];
+        let positions = cache.positions(seq)?;
+        let mask = causal_mask(self.tracer, seq, cache.context(), &cache.start)?;
+        self.run_blocks(tokens, &positions, &mask, Some(cache))
+    }
 }
 
 /// Prefill without a KV cache: `main(tokens: tensor<1 x seq_len x i32>) ->
 /// logits: tensor<1 x seq_len x vocab x f32>`, positions `0..seq_len`;
 /// `seq_len` may be [`crate::graph::DYNAMIC`], one module for every prompt length.
-pub fn prefill<D: AsRef<[u8]>>(weights: &GgufWeights<'_, D>, seq_len: usize) -> Result<Graph> {
+pub fn prefill(config: &Config, weights: &dyn Checkpoint, seq_len: usize) -> Result<Graph> {
     let t = Tracer::new("main");
-    let model = Llama::load(&t, weights)?;
+    let model = Llama::load(&t, config, weights)?;
     let tokens = t.input("tokens", TensorType::new([1, seq_len], DType::I32))?;
     let positions = t.iota(0, TensorType::new([seq_len], DType::I32))?;
     let logits = model.forward(&tokens.reshape(&[seq_len])?, &positions)?;
@@ -402,7 +304,8 @@ mod tests {
     use crate::graph::DYNAMIC;
     use crate::interp::{self, Value};
     use crate::lower::{lower_to_string, LowerOptions};
-    use crate::models::{GgufWeights, PackedPolicy};
+    use crate::models::testing::{gguf_bytes, Fill, Meta};
+    use crate::models::{Family, GgufWeights, PackedPolicy};
     use crate::tokenizer::Tokenizer;
     use std::path::Path;
     use std::time::Instant;
@@ -411,6 +314,15 @@ mod tests {
 
     fn keep<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> GgufWeights<'_, D> {
         GgufWeights::new(gguf, PackedPolicy::Keep).unwrap()
+    }
+
+    /// [`super::prefill`] configured from the GGUF's metadata.
+    fn prefill<D: AsRef<[u8]>>(weights: &GgufWeights<'_, D>, seq_len: usize) -> Result<Graph> {
+        super::prefill(&Config::from_gguf(weights.gguf)?, weights, seq_len)
+    }
+
+    fn entry_points<D: AsRef<[u8]>>(weights: &GgufWeights<'_, D>, max_context: usize, n: usize) -> Result<Vec<Graph>> {
+        crate::models::entry_points(&Family::from_gguf(weights.gguf)?, weights, max_context, n)
     }
 
     fn smollm2() -> Gguf {
@@ -543,53 +455,6 @@ mod tests {
         assert!(diff <= 1e-4, "{diff}");
     }
 
-    /// A GGUF v3 file in memory: `(key, value)` metadata (u32, f32 or
-    /// string) and `(name, row-major shape, ggml type, bytes)` tensors.
-    enum Meta {
-        U32(u32),
-        F32(f32),
-        Str(&'static str),
-    }
-
-    fn gguf_bytes(meta: &[(&str, Meta)], tensors: &[(String, Vec<usize>, u32, Vec<u8>)]) -> Vec<u8> {
-        let mut b = Vec::new();
-        let string = |b: &mut Vec<u8>, s: &str| {
-            b.extend((s.len() as u64).to_le_bytes());
-            b.extend(s.as_bytes());
-        };
-        b.extend(b"GGUF");
-        b.extend(3u32.to_le_bytes());
-        b.extend((tensors.len() as u64).to_le_bytes());
-        b.extend((meta.len() as u64).to_le_bytes());
-        for (key, value) in meta {
-            string(&mut b, key);
-            match value {
-                Meta::U32(v) => b.extend(4u32.to_le_bytes().into_iter().chain(v.to_le_bytes())),
-                Meta::F32(v) => b.extend(6u32.to_le_bytes().into_iter().chain(v.to_le_bytes())),
-                Meta::Str(v) => {
-                    b.extend(8u32.to_le_bytes());
-                    string(&mut b, v);
-                }
-            }
-        }
-        let align = |n: usize| n.div_ceil(32) * 32;
-        let mut offset = 0;
-        for (name, shape, ty, data) in tensors {
-            string(&mut b, name);
-            b.extend((shape.len() as u32).to_le_bytes());
-            shape.iter().rev().for_each(|&d| b.extend((d as u64).to_le_bytes()));
-            b.extend(ty.to_le_bytes());
-            b.extend((offset as u64).to_le_bytes());
-            offset = align(offset + data.len());
-        }
-        b.resize(align(b.len()), 0);
-        for (_, _, _, data) in tensors {
-            b.extend(data);
-            b.resize(align(b.len()), 0);
-        }
-        b
-    }
-
     /// A 2-block llama (hidden 32, 4 heads over 2 kv heads, ffn 64, vocab
     /// 16) with seeded weights: norms F32, matrices Q8_0 (the Keep path),
     /// `output.weight` F32 unless tied.
@@ -597,18 +462,8 @@ mod tests {
         const Q8_0: u32 = 8;
         let (hidden, ff, vocab, heads, kv_heads, blocks) = (32, 64, 16, 4, 2, 2);
         let hd = hidden / heads;
-        let seed = std::cell::Cell::new(1u64);
-        let next_seed = || seed.replace(seed.get() + 1);
-        let f32s = |n: usize, around: f32| -> Vec<u8> {
-            let v = Value::random(&TensorType::new([n], DType::F32), next_seed(), 0..1);
-            v.to_f64_vec().iter().flat_map(|x| (around + 0.5 * *x as f32).to_le_bytes()).collect()
-        };
-        let q8_0 = |n: usize| -> Vec<u8> {
-            let q = Value::random(&TensorType::new([n], DType::I8), next_seed(), -127..128).to_le_bytes();
-            q.chunks(32)
-                .flat_map(|c| half::f16::from_f32(0.01).to_le_bytes().into_iter().chain(c.iter().copied()))
-                .collect()
-        };
+        let fill = Fill::new(1);
+        let (f32s, q8_0) = (|n, around| fill.f32s(n, around), |n| fill.q8_0(n));
         let mut tensors = vec![("token_embd.weight".to_string(), vec![vocab, hidden], Q8_0, q8_0(vocab * hidden))];
         for i in 0..blocks {
             let w = |n: &str| format!("blk.{i}.{n}.weight");

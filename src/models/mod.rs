@@ -1,13 +1,18 @@
 //! Model front-ends: each architecture traces its forward pass from a
 //! checkpoint's metadata and tensor table, one file per family
-//! ([`llama`]). This module holds what they share: [`GgufWeights`], which
+//! ([`llama`], [`gemma3`]). This module holds what they share: [`GgufWeights`], which
 //! decides how each GGUF tensor becomes a graph param under the caller's
 //! [`PackedPolicy`] and feeds the same values to the reference interpreter,
-//! and [`Weight`], a declared param with what it takes to read it as f32.
+//! [`Weight`], a declared param with what it takes to read it as f32,
+//! and the head reshapes of multi-head attention.
 
+mod cache;
+pub mod gemma3;
 pub mod llama;
 
-use crate::graph::{DType, TensorType};
+pub use cache::{Cache, KvCache};
+
+use crate::graph::{DType, Graph, TensorType, DYNAMIC};
 use crate::interp::{InterpError, ParamSource, Value};
 use crate::params::archive::{self, DerivedParam, Encoding};
 use crate::trace::nn::to_f32;
@@ -51,7 +56,7 @@ pub enum ModelError {
     Trace(#[from] TraceError),
     #[error(transparent)]
     Weights(#[from] WeightsError),
-    #[error("unknown general.architecture \"{0}\" (supported: llama)")]
+    #[error("unknown general.architecture \"{0}\" (supported: llama, gemma3)")]
     UnknownArchitecture(String),
     #[error("tensor \"{name}\" is packed as {ty}: choose `--packed dequantize` (dense f32/f16/bf16 params, written to an archive at export) or `--packed keep` (the checkpoint's raw blocks, dequantized inside the graph)")]
     Packed { name: String, ty: GgmlType },
@@ -100,7 +105,11 @@ fn param_value(checkpoint: &dyn Checkpoint, name: &str, ty: &TensorType) -> std:
         e => fail(e.to_string()),
     })?;
     if stored.target != ty.dtype {
-        return Err(InterpError::ParamType { name: name.to_string(), expected: ty.clone(), found: stored.target.to_string() });
+        return Err(InterpError::ParamType {
+            name: name.to_string(),
+            expected: ty.clone(),
+            found: stored.target.to_string(),
+        });
     }
     if stored.is_copy() {
         return Value::from_le_bytes(ty, stored.source);
@@ -241,8 +250,197 @@ impl<'t> Weight<'t> {
     }
 }
 
+/// A decoder-only language model traced into one function: what the entry
+/// points need from a family.
+pub trait Decoder<'t> {
+    fn vocab_size(&self) -> usize;
+
+    /// The key and value caches' types for `max_context` positions:
+    /// `[layers, kv_heads, max_context, dim]` f32.
+    fn cache_types(&self, max_context: usize) -> (TensorType, TensorType);
+
+    /// `tokens [seq]` i32 at positions `cache.start..` -> logits `[seq,
+    /// vocab]` f32, attending over the cache after writing this call's keys
+    /// and values into it.
+    fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>>;
+}
+
+/// A model family with its hyper-parameters: what a checkpoint holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Family {
+    Llama(llama::Config),
+    Gemma3(gemma3::Config),
+}
+
+impl Family {
+    /// From `general.architecture` and the family's metadata keys.
+    pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Family> {
+        match gguf.get_str("general.architecture")? {
+            "llama" => Ok(Family::Llama(llama::Config::from_gguf(gguf)?)),
+            "gemma3" => Ok(Family::Gemma3(gemma3::Config::from_gguf(gguf)?)),
+            other => Err(ModelError::UnknownArchitecture(other.to_string())),
+        }
+    }
+
+    /// The family's name as in `general.architecture`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Family::Llama(_) => "llama",
+            Family::Gemma3(_) => "gemma3",
+        }
+    }
+
+    /// Declares the weights in `t` and returns the model, ready to trace.
+    pub fn load<'t>(&self, t: &'t Tracer, weights: &dyn Checkpoint) -> Result<Box<dyn Decoder<'t> + 't>> {
+        Ok(match self {
+            Family::Llama(c) => Box::new(llama::Llama::load(t, c, weights)?),
+            Family::Gemma3(c) => Box::new(gemma3::Gemma3::load(t, c, weights)?),
+        })
+    }
+}
+
+/// The serving entry points, one graph each, sharing the weights:
+/// - `prefill(tokens: tensor<1x?xi32>) -> (logits: tensor<1x?xVOCABxf32>,
+///   keys, values)`: the prompt at positions `0..`, and caches of
+///   `max_context` positions holding it;
+/// - `decode(tokens: tensor<1xNxi32>, position: tensor<i32>, keys, values)
+///   -> (logits: tensor<1xNxVOCABxf32>, keys, values)`: `N` more tokens at
+///   `position..`.
+pub fn entry_points(
+    family: &Family,
+    weights: &dyn Checkpoint,
+    max_context: usize,
+    decode_len: usize,
+) -> Result<Vec<Graph>> {
+    let prefill = {
+        let t = Tracer::new("prefill");
+        let model = family.load(&t, weights)?;
+        let tokens = t.input("tokens", TensorType::new([1, DYNAMIC], DType::I32))?;
+        let (keys, values) = model.cache_types(max_context);
+        let (keys, values) = (t.constant(0.0, keys)?, t.constant(0.0, values)?);
+        let start = t.constant(0.0, TensorType::new([], DType::I32))?;
+        finish_cached(&t, &*model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start })?
+    };
+    let decode = {
+        let t = Tracer::new("decode");
+        let model = family.load(&t, weights)?;
+        let tokens = t.input("tokens", TensorType::new([1, decode_len], DType::I32))?;
+        let start = t.input("position", TensorType::new([], DType::I32))?;
+        let (keys, values) = model.cache_types(max_context);
+        let (keys, values) = (t.input("keys", keys)?, t.input("values", values)?);
+        finish_cached(&t, &*model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start })?
+    };
+    Ok(vec![prefill, decode])
+}
+
+/// Runs `tokens [1, n]` through `model` with `cache` and ends the trace with
+/// `(logits [1, n, vocab], keys, values)`.
+fn finish_cached<'t>(
+    t: &'t Tracer,
+    model: &dyn Decoder<'t>,
+    tokens: &Tensor<'t>,
+    mut cache: KvCache<'t>,
+) -> Result<Graph> {
+    let n = tokens.ty.shape[1];
+    let logits = model.forward_cached(&tokens.reshape(&[n])?, &mut cache)?;
+    let logits = logits.reshape(&[1, n, model.vocab_size()])?;
+    Ok(t.finish(&[&logits, &cache.keys.0, &cache.values.0])?)
+}
+
+/// `x [seq, n·hd] -> [n, seq, hd]`
+pub(crate) fn split_heads<'t>(x: &Tensor<'t>, heads: usize, head_dim: usize) -> Result<Tensor<'t>> {
+    let seq = x.ty.shape[0];
+    Ok(x.reshape(&[seq, heads, head_dim])?.transpose(&[1, 0, 2])?)
+}
+
+/// `x [n, seq, hd] -> [seq, n·hd]`
+pub(crate) fn merge_heads<'t>(x: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let (heads, seq, head_dim) = (x.ty.shape[0], x.ty.shape[1], x.ty.shape[2]);
+    Ok(x.transpose(&[1, 0, 2])?.reshape(&[seq, heads * head_dim])?)
+}
+
 impl<D: AsRef<[u8]>> ParamSource for GgufWeights<'_, D> {
     fn param(&self, name: &str, ty: &TensorType) -> std::result::Result<Value, InterpError> {
         param_value(self, name, ty)
+    }
+}
+
+/// Synthetic GGUF files for the model front-ends' unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::graph::{DType, TensorType};
+    use crate::interp::Value;
+
+    /// A GGUF v3 file in memory: `(key, value)` metadata (u32, f32 or
+    /// string) and `(name, row-major shape, ggml type, bytes)` tensors.
+    pub enum Meta {
+        U32(u32),
+        F32(f32),
+        Str(&'static str),
+    }
+
+    pub fn gguf_bytes(meta: &[(&str, Meta)], tensors: &[(String, Vec<usize>, u32, Vec<u8>)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        let string = |b: &mut Vec<u8>, s: &str| {
+            b.extend((s.len() as u64).to_le_bytes());
+            b.extend(s.as_bytes());
+        };
+        b.extend(b"GGUF");
+        b.extend(3u32.to_le_bytes());
+        b.extend((tensors.len() as u64).to_le_bytes());
+        b.extend((meta.len() as u64).to_le_bytes());
+        for (key, value) in meta {
+            string(&mut b, key);
+            match value {
+                Meta::U32(v) => b.extend(4u32.to_le_bytes().into_iter().chain(v.to_le_bytes())),
+                Meta::F32(v) => b.extend(6u32.to_le_bytes().into_iter().chain(v.to_le_bytes())),
+                Meta::Str(v) => {
+                    b.extend(8u32.to_le_bytes());
+                    string(&mut b, v);
+                }
+            }
+        }
+        let align = |n: usize| n.div_ceil(32) * 32;
+        let mut offset = 0;
+        for (name, shape, ty, data) in tensors {
+            string(&mut b, name);
+            b.extend((shape.len() as u32).to_le_bytes());
+            shape.iter().rev().for_each(|&d| b.extend((d as u64).to_le_bytes()));
+            b.extend(ty.to_le_bytes());
+            b.extend((offset as u64).to_le_bytes());
+            offset = align(offset + data.len());
+        }
+        b.resize(align(b.len()), 0);
+        for (_, _, _, data) in tensors {
+            b.extend(data);
+            b.resize(align(b.len()), 0);
+        }
+        b
+    }
+
+    /// Seeded tensor bytes, each call with the next seed: `f32s(n, around)`
+    /// is F32 in `around ± 0.5`, `q8_0(n)` Q8_0 blocks of scale 0.01.
+    pub struct Fill(std::cell::Cell<u64>);
+
+    impl Fill {
+        pub fn new(seed: u64) -> Fill {
+            Fill(std::cell::Cell::new(seed))
+        }
+
+        fn next_seed(&self) -> u64 {
+            self.0.replace(self.0.get() + 1)
+        }
+
+        pub fn f32s(&self, n: usize, around: f32) -> Vec<u8> {
+            let v = Value::random(&TensorType::new([n], DType::F32), self.next_seed(), 0..1);
+            v.to_f64_vec().iter().flat_map(|x| (around + 0.5 * *x as f32).to_le_bytes()).collect()
+        }
+
+        pub fn q8_0(&self, n: usize) -> Vec<u8> {
+            let q = Value::random(&TensorType::new([n], DType::I8), self.next_seed(), -127..128).to_le_bytes();
+            q.chunks(32)
+                .flat_map(|c| half::f16::from_f32(0.01).to_le_bytes().into_iter().chain(c.iter().copied()))
+                .collect()
+        }
     }
 }

@@ -350,7 +350,7 @@ mod tests {
         );
         assert_eq!((c.vocab_size, c.rope_freq_base, c.rms_norm_eps as f32), (128256, 500000.0, 1e-5));
         let weights = crate::models::GgufWeights::new(&g, crate::models::PackedPolicy::Keep).unwrap();
-        let graph = llama::prefill(&weights, crate::graph::DYNAMIC).unwrap();
+        let graph = llama::prefill(&c, &weights, crate::graph::DYNAMIC).unwrap();
         // One param per tensor: the tied head is token_embd itself.
         assert_eq!(graph.params().count(), g.tensors().len());
     }
