@@ -203,3 +203,11 @@ def StableHLO_ReduceOp : StableHLO_Op<"reduce"> {
 def StableHLO_ReturnOp : StableHLO_Op<"return", [Terminator]> {
   let arguments = (ins Variadic<AnyTensor>:$results);
 }
+
+// Control flow: `cond` yields a `tensor<i1>` from the loop-carried values,
+// `body` yields their next values (both end with stablehlo.return).
+def StableHLO_WhileOp : StableHLO_Op<"while"> {
+  let arguments = (ins Variadic<AnyTensor>:$operand);
+  let results = (outs Variadic<AnyTensor>:$results);
+  let regions = (region AnyRegion:$cond, AnyRegion:$body);
+}

@@ -16,6 +16,7 @@ mod dynamic_slice;
 mod elementwise;
 mod emit;
 mod gather;
+mod generate;
 mod layout;
 mod reduce;
 
@@ -28,13 +29,16 @@ use melior::ir::attribute::{
 };
 use melior::ir::operation::{OperationLike, OperationPrintingFlags};
 use melior::ir::r#type::{FunctionType, IntegerType, RankedTensorType};
-use melior::ir::{Attribute, Block, BlockLike, Location, Module, Operation, Region, RegionLike, Type, Value};
+use melior::ir::{
+    Attribute, Block, BlockLike, Identifier, Location, Module, Operation, Region, RegionLike, Type, Value,
+};
 use melior::Context;
 use std::cell::{OnceCell, RefCell};
 use std::rc::Rc;
 use thiserror::Error;
 
 pub use emit::{write_module, write_module_to_path, Emit};
+pub use generate::GreedyLoop;
 
 #[derive(Debug, Error)]
 pub enum LowerError {
@@ -138,15 +142,48 @@ impl Session {
         let module = Module::new(Location::unknown(ctx));
         let globals = params::declare_globals(self, &module, graphs, options, inits)?;
         for graph in graphs {
-            self.lower_function(&module, graph, &globals)?;
+            self.lower_function(&module, graph, &globals, false)?;
         }
+        self.verify(module)
+    }
+
+    /// A serving module: the loop's `prefill` and `decode` as public
+    /// functions, its pickers as private ones, and `generate`, the greedy
+    /// loop over them ([`GreedyLoop`]).
+    pub fn lower_serving<'s>(
+        &'s self,
+        spec: &GreedyLoop<'_>,
+        options: &LowerOptions,
+        inits: &ParamInits<'s>,
+    ) -> Result<Module<'s>, LowerError> {
+        let ctx = &self.context;
+        self.take_diagnostics();
+        let module = Module::new(Location::unknown(ctx));
+        let globals = params::declare_globals(self, &module, &spec.graphs(), options, inits)?;
+        self.lower_function(&module, spec.prefill, &globals, false)?;
+        self.lower_function(&module, spec.decode, &globals, false)?;
+        self.lower_function(&module, spec.pick_prefill, &globals, true)?;
+        self.lower_function(&module, spec.pick_decode, &globals, true)?;
+        generate::lower_generate(self, &module, spec)?;
+        self.verify(module)
+    }
+
+    fn verify<'s>(&'s self, module: Module<'s>) -> Result<Module<'s>, LowerError> {
         if !module.as_operation().verify() {
             return Err(LowerError::Verify { diagnostics: self.take_diagnostics() });
         }
         Ok(module)
     }
 
-    fn lower_function(&self, module: &Module<'_>, graph: &Graph, globals: &params::Globals) -> Result<(), LowerError> {
+    /// Appends `func.func @<graph name>`; a private one is only called
+    /// from within the module (iree-compile inlines it).
+    fn lower_function(
+        &self,
+        module: &Module<'_>,
+        graph: &Graph,
+        globals: &params::Globals,
+        private: bool,
+    ) -> Result<(), LowerError> {
         let ctx = &self.context;
         let arg_types: Vec<Type> = graph.inputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
         let result_types: Vec<Type> = graph.outputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
@@ -201,12 +238,13 @@ impl Session {
         let region = Region::new();
         region.append_block(block);
         let function_type = FunctionType::new(ctx, &arg_types, &result_types);
+        let visibility = (Identifier::new(ctx, "sym_visibility"), StringAttribute::new(ctx, "private").into());
         module.body().append_operation(func::func(
             ctx,
             StringAttribute::new(ctx, &graph.name),
             TypeAttribute::new(function_type.into()),
             region,
-            &[],
+            if private { std::slice::from_ref(&visibility) } else { &[] },
             Location::name(ctx, &graph.name, Location::unknown(ctx)),
         ));
         Ok(())

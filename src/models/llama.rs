@@ -599,4 +599,42 @@ mod tests {
         let max_diff = kept.iter().zip(&bf16).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
         assert!(max_diff > 0.0 && max_diff < 0.1, "bf16 weights round: {max_diff}");
     }
+
+    /// `generate` (prefill, then a `stablehlo.while` of decodes) compiled by
+    /// IREE continues a prompt with the interpreter's greedy tokens; it
+    /// stops where the cache is full.
+    #[test]
+    fn tiny_llama_generates_through_iree() {
+        let bytes = tiny("llama", false, None);
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        std::fs::write(path("tiny.gguf"), &bytes).unwrap();
+        let gguf = Gguf::parse(bytes).unwrap();
+        let weights = keep(&gguf);
+        let serving = crate::models::Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, 8).unwrap();
+        let session = crate::lower::Session::new();
+        let inits = crate::params::ParamInits::default();
+        let module = session.lower_serving(&serving.greedy_loop(), &LowerOptions::default(), &inits).unwrap();
+        let text = crate::lower::print(&module).unwrap();
+        assert!(
+            text.contains("func.func @generate(%arg0: tensor<1x?xi32>, %arg1: tensor<i32>) -> tensor<1x8xi32>"),
+            "{text}"
+        );
+        assert!(text.contains("\"stablehlo.while\""));
+        std::fs::write(path("m.mlir"), text).unwrap();
+        let iree = crate::iree::Iree::for_tests();
+        iree.compile(&path("m.mlir"), &path("m.vmfb")).unwrap();
+        for (prompt, n_new) in [(&[1u32, 5, 9][..], 4), (&[1, 5, 9, 3, 7, 2][..], 10)] {
+            let want = serving.generate_reference(&weights, prompt, n_new).unwrap();
+            crate::npy::write(&path("prompt.npy"), &token_values(prompt)).unwrap();
+            crate::npy::write(&path("n.npy"), &scalar_i32(n_new as i32)).unwrap();
+            let inputs = [path("prompt.npy"), path("n.npy")];
+            iree.run(&path("m.vmfb"), "generate", &inputs, Some(("model", &path("tiny.gguf"))), &[path("out.npy")])
+                .unwrap();
+            let out = crate::npy::read(&path("out.npy")).unwrap().to_f64_vec();
+            let got: Vec<u32> = out.iter().take_while(|&&t| t >= 0.0).map(|&t| t as u32).collect();
+            assert_eq!(got, want, "prompt {prompt:?}");
+            assert_eq!(want.len(), n_new.min(8 + 1 - prompt.len()));
+        }
+    }
 }

@@ -333,6 +333,89 @@ pub fn entry_points(
     Ok(vec![prefill, decode])
 }
 
+/// `name(logits: tensor<1 x seq x vocab x f32>, index: tensor<i32>) ->
+/// tensor<1x1xi32>`: the greedy choice at position `index` (the argmax;
+/// the first one on a tie). `seq` may be [`DYNAMIC`].
+pub fn greedy_pick(name: &str, seq: usize, vocab: usize) -> Result<Graph> {
+    let t = Tracer::new(name);
+    let logits = t.input("logits", TensorType::new([1, seq, vocab], DType::F32))?;
+    let index = t.input("index", TensorType::new([], DType::I32))?;
+    let zero = t.constant(0.0, TensorType::new([], DType::I32))?;
+    let row = logits.dynamic_slice(&[&zero, &index, &zero], &[1, 1, vocab])?;
+    let token = row.argmax(2)?;
+    Ok(t.finish(&[&token])?)
+}
+
+/// The serving graphs of a model: [`entry_points`] with one-token decode
+/// and the pickers of [`crate::lower::GreedyLoop`].
+pub struct Serving {
+    pub prefill: Graph,
+    pub decode: Graph,
+    pub pick_prefill: Graph,
+    pub pick_decode: Graph,
+    pub max_context: usize,
+}
+
+impl Serving {
+    pub fn new(family: &Family, weights: &dyn Checkpoint, max_context: usize) -> Result<Serving> {
+        let [prefill, decode]: [Graph; 2] =
+            entry_points(family, weights, max_context, 1)?.try_into().expect("two entry points");
+        let vocab = prefill.node(prefill.outputs()[0]).ty.shape[2];
+        Ok(Serving {
+            prefill,
+            decode,
+            pick_prefill: greedy_pick("pick_prefill", DYNAMIC, vocab)?,
+            pick_decode: greedy_pick("pick_decode", 1, vocab)?,
+            max_context,
+        })
+    }
+
+    pub fn greedy_loop(&self) -> crate::lower::GreedyLoop<'_> {
+        crate::lower::GreedyLoop {
+            prefill: &self.prefill,
+            decode: &self.decode,
+            pick_prefill: &self.pick_prefill,
+            pick_decode: &self.pick_decode,
+            max_context: self.max_context,
+        }
+    }
+
+    /// What `generate(prompt, n_new)` computes, by the reference
+    /// interpreter: prefill, then one decode per token, each the argmax
+    /// (the first on a tie) of the last logits. Stops at `n_new` tokens or
+    /// when the cache is full.
+    pub fn generate_reference(
+        &self,
+        params: &dyn ParamSource,
+        prompt: &[u32],
+        n_new: usize,
+    ) -> std::result::Result<Vec<u32>, InterpError> {
+        let ids = |ids: &[u32]| {
+            let bytes: Vec<u8> = ids.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
+            Value::from_le_bytes(&TensorType::new([1, ids.len()], DType::I32), &bytes)
+        };
+        let pick = |logits: &Value| {
+            let values = logits.to_f64_vec();
+            let vocab = logits.ty.shape[2];
+            let last = &values[values.len() - vocab..];
+            (0..vocab).fold(0, |best, i| if last[i] > last[best] { i } else { best }) as u32
+        };
+        let mut state = crate::interp::run(&self.prefill, &[ids(prompt)?], params)?;
+        let mut tokens = vec![pick(&state[0])];
+        let room = (self.max_context + 1).saturating_sub(prompt.len());
+        while tokens.len() < n_new.min(room) {
+            let position = (prompt.len() + tokens.len() - 1) as i32;
+            let position = Value::from_le_bytes(&TensorType::new([], DType::I32), &position.to_le_bytes())?;
+            let mut inputs = vec![ids(&tokens[tokens.len() - 1..])?, position];
+            inputs.extend(state.drain(1..));
+            state = crate::interp::run(&self.decode, &inputs, params)?;
+            tokens.push(pick(&state[0]));
+        }
+        tokens.truncate(n_new);
+        Ok(tokens)
+    }
+}
+
 /// Runs `tokens [1, n]` through `model` with `cache` and ends the trace with
 /// `(logits [1, n, vocab], keys, values)`.
 fn finish_cached<'t>(
