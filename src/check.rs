@@ -172,7 +172,7 @@ pub fn check_graph(
         }
         let output_paths: Vec<PathBuf> =
             (0..expected.len()).map(|i| workdir.join(format!("output{i}{tag}.npy"))).collect();
-        iree.run(&vmfb, &graph.name, &input_paths, Some(("model", &params_path)), &output_paths)?;
+        iree.run(&vmfb, &graph.name, &input_paths, &[("model", params_path.as_path())], &output_paths)?;
         for (index, (reference, path)) in expected.into_iter().zip(&output_paths).enumerate() {
             let got = npy::read(path)?;
             outputs.push(OutputReport { dynamic_size: size, ..compare(index, reference, got, options) });

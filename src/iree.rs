@@ -90,18 +90,18 @@ impl Iree {
     }
 
     /// Runs `function` of a compiled module; inputs and outputs are `.npy`
-    /// files; `parameters` binds a scope to a parameter file.
+    /// files; each of `parameters` binds a scope to a parameter file.
     pub fn run(
         &self,
         vmfb: &Path,
         function: &str,
         inputs: &[PathBuf],
-        parameters: Option<(&str, &Path)>,
+        parameters: &[(&str, &Path)],
         outputs: &[PathBuf],
     ) -> Result<String, IreeError> {
         let mut cmd = Command::new(&self.run_module);
         cmd.arg(format!("--module={}", vmfb.display())).arg(format!("--function={function}"));
-        if let Some((scope, file)) = parameters {
+        for (scope, file) in parameters {
             cmd.arg(format!("--parameters={scope}={}", file.display()));
         }
         for i in inputs {

@@ -7,6 +7,7 @@
 //! reference, and [`iree`] drives `iree-compile` and `iree-run-module`.
 
 pub mod check;
+pub mod export;
 pub mod graph;
 pub mod inspect;
 pub mod interp;
@@ -22,6 +23,15 @@ pub mod weights;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// The process's peak resident memory in bytes (`VmHWM` in
+/// `/proc/self/status`), where the OS reports it.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
 
 /// Writes `bytes` to `path` through a temporary file in the same directory
 /// and a rename, so readers never see a partial file and a failed write

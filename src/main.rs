@@ -4,6 +4,9 @@ use anyhow::{Context as _, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Parser, Subcommand, ValueEnum};
 use kiln::check::{self, CheckOptions};
+use kiln::export::{self, ExportOptions, ParamsMode};
+use kiln::graph::DType;
+use kiln::models::PackedPolicy;
 use kiln::graph::text;
 use kiln::iree::Iree;
 use kiln::lower::{self, Emit, LowerOptions};
@@ -70,6 +73,42 @@ enum Command {
         #[arg(long = "dynamic-size", value_delimiter = ',', default_values_t = [2, 5])]
         dynamic_sizes: Vec<usize>,
     },
+    /// Export a checkpoint (.gguf) to a directory: the StableHLO module with
+    /// `prefill`, `decode` and `generate`, any params archive, and
+    /// manifest.json.
+    Export {
+        model: PathBuf,
+        /// The directory to write (created if needed).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Where params come from: the checkpoint itself, an .irpa archive,
+        /// or the module.
+        #[arg(long, value_enum, default_value_t = ParamsArg::Reference)]
+        params: ParamsArg,
+        /// What quantized tensors become.
+        #[arg(long, value_enum, default_value_t = PackedArg::Fail)]
+        packed: PackedArg,
+        /// Dtype of dequantized params, and of every dense param with
+        /// `--params archive`.
+        #[arg(long, value_parser = ["f32", "f16", "bf16"], default_value = "f32")]
+        dtype: String,
+        /// KV cache positions: prompt plus generated tokens.
+        #[arg(long, default_value_t = 256)]
+        max_context: usize,
+        /// Module form; by default bytecode with `--params inline`, else text.
+        #[arg(long, value_enum)]
+        emit: Option<EmitForm>,
+    },
+    /// Compile an export with iree-compile for this CPU (writes DIR/model.vmfb).
+    Compile { dir: PathBuf },
+    /// Continue a prompt with a compiled export's `generate`, through IREE.
+    Run {
+        dir: PathBuf,
+        #[arg(long)]
+        prompt: String,
+        #[arg(long, default_value_t = 16)]
+        max_new_tokens: usize,
+    },
     /// Developer tools.
     Dev {
         #[command(subcommand)]
@@ -102,6 +141,20 @@ enum DevCommand {
 enum Data {
     Zeros,
     Seeded,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ParamsArg {
+    Reference,
+    Archive,
+    Inline,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PackedArg {
+    Fail,
+    Dequantize,
+    Keep,
 }
 
 /// `kiln lower --emit`.
@@ -195,6 +248,66 @@ fn run(cli: Cli) -> Result<()> {
                 anyhow::bail!("IREE's results differ from the reference interpreter (rtol {rtol}, atol {atol})");
             }
         }
+        Command::Export { model, output, params, packed, dtype, max_context, emit: form } => {
+            let dtype: DType = dtype.parse().map_err(|e| anyhow::anyhow!("--dtype: {e}"))?;
+            let options = ExportOptions {
+                params: match params {
+                    ParamsArg::Reference => ParamsMode::Reference,
+                    ParamsArg::Archive => ParamsMode::Archive,
+                    ParamsArg::Inline => ParamsMode::Inline,
+                },
+                packed: match packed {
+                    PackedArg::Fail => PackedPolicy::Fail,
+                    PackedArg::Dequantize => PackedPolicy::Dequantize(dtype),
+                    PackedArg::Keep => PackedPolicy::Keep,
+                },
+                dtype,
+                max_context,
+                emit: form.map(|f| match f {
+                    EmitForm::Mlir => Emit::default(),
+                    EmitForm::Mlirbc => Emit::Mlirbc,
+                }),
+            };
+            let mut progress = Bars::default();
+            let result = export::export(&model, &output, &options, &mut progress);
+            progress.finish();
+            let s = result.with_context(|| format!("exporting {}", model.display()))?;
+            let m = &s.manifest;
+            println!(
+                "exported {} ({}) -> {}: {}, params {}",
+                m.architecture,
+                model.display(),
+                output.display(),
+                m.functions.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", "),
+                options.params_description(),
+            );
+            println!(
+                "  {} ops, {} params ({:.1}M elements), {} written, {} bytes written, {:.2} s, peak RSS {}",
+                s.ops,
+                s.params,
+                s.param_elements as f64 / 1e6,
+                s.params_written,
+                s.bytes_written,
+                s.seconds,
+                s.peak_rss.map_or("unknown".into(), |b| format!("{:.1} MB", b as f64 / 1e6)),
+            );
+        }
+        Command::Compile { dir } => {
+            let start = std::time::Instant::now();
+            let vmfb = export::compile(&dir, &Iree::locate()?)?;
+            println!("compiled {} in {:.1} s", vmfb.display(), start.elapsed().as_secs_f64());
+        }
+        Command::Run { dir, prompt, max_new_tokens } => {
+            let g = export::generate(&dir, &prompt, max_new_tokens, &Iree::locate()?)?;
+            println!("{prompt}{}", g.text);
+            eprintln!(
+                "{} prompt tokens, {} new tokens in {:.2} s ({:.1} tokens/s, including module load and prefill)",
+                g.prompt_tokens.len(),
+                g.tokens.len(),
+                g.seconds,
+                g.tokens.len() as f64 / g.seconds
+            );
+        }
         Command::Dev { command: DevCommand::Synth { preset, output, data, seed } } => {
             let start = std::time::Instant::now();
             let (data, described) = match data {
@@ -234,5 +347,44 @@ fn ignore_broken_pipe(result: std::io::Result<()>) -> Result<()> {
     match result {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(()),
+    }
+}
+
+/// indicatif bars for `kiln export`: a spinner per stage, a byte bar while
+/// params are written.
+#[derive(Default)]
+struct Bars {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Bars {
+    fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl export::Progress for Bars {
+    fn stage(&mut self, name: &str) {
+        self.finish();
+        let bar = indicatif::ProgressBar::new_spinner().with_message(name.to_string());
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        self.bar = Some(bar);
+    }
+
+    fn start_bytes(&mut self, total: u64) {
+        self.finish();
+        let style = indicatif::ProgressStyle::with_template(
+            "writing params {bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("a valid template");
+        self.bar = Some(indicatif::ProgressBar::new(total).with_style(style));
+    }
+
+    fn advance(&mut self, n: u64) {
+        if let Some(bar) = &self.bar {
+            bar.inc(n);
+        }
     }
 }

@@ -42,9 +42,9 @@ pub struct GreedyLoop<'g> {
     pub max_context: usize,
 }
 
-impl GreedyLoop<'_> {
+impl<'g> GreedyLoop<'g> {
     /// Every graph the module holds, the model's first.
-    pub fn graphs(&self) -> [&Graph; 4] {
+    pub fn graphs(&self) -> [&'g Graph; 4] {
         [self.prefill, self.decode, self.pick_prefill, self.pick_decode]
     }
 }

@@ -547,7 +547,7 @@ mod tests {
         let (input_npy, output_npy) = (dir.path().join("tokens.npy"), dir.path().join("logits.npy"));
         crate::npy::write(&input_npy, &input).unwrap();
         let start = Instant::now();
-        iree.run(&vmfb, "main", &[input_npy], Some(("model", &gemma3_path())), &[output_npy.clone()]).unwrap();
+        iree.run(&vmfb, "main", &[input_npy], &[("model", gemma3_path().as_path())], &[output_npy.clone()]).unwrap();
         eprintln!("iree-run-module: {:.2?}", start.elapsed());
         let iree_logits = crate::npy::read(&output_npy).unwrap().to_f64_vec();
         let iree_diff = diff(&logits, &iree_logits);

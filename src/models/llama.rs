@@ -406,7 +406,7 @@ mod tests {
             let (input, output) =
                 (dir.path().join(format!("tokens{len}.npy")), dir.path().join(format!("logits{len}.npy")));
             crate::npy::write(&input, &tokens).unwrap();
-            iree.run(&vmfb, "main", &[input], Some(("model", &gguf_path)), &[output.clone()]).unwrap();
+            iree.run(&vmfb, "main", &[input], &[("model", gguf_path.as_path())], &[output.clone()]).unwrap();
             let iree_logits = crate::npy::read(&output).unwrap().to_f64_vec();
             let max_diff = logits.iter().zip(&iree_logits).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
             eprintln!("{len} tokens: max |interpreter - IREE| over all positions: {max_diff:e}");
@@ -438,7 +438,7 @@ mod tests {
         let run = |function: &str, inputs: &[&str], outputs: &[&str]| {
             let inputs: Vec<_> = inputs.iter().map(|n| path(n)).collect();
             let outputs: Vec<_> = outputs.iter().map(|n| path(n)).collect();
-            iree.run(&path("m.vmfb"), function, &inputs, Some(("model", &gguf_path)), &outputs).unwrap();
+            iree.run(&path("m.vmfb"), function, &inputs, &[("model", gguf_path.as_path())], &outputs).unwrap();
             outputs.iter().map(|p| crate::npy::read(p).unwrap()).collect::<Vec<_>>()
         };
         let n = ids.len();
@@ -629,7 +629,7 @@ mod tests {
             crate::npy::write(&path("prompt.npy"), &token_values(prompt)).unwrap();
             crate::npy::write(&path("n.npy"), &scalar_i32(n_new as i32)).unwrap();
             let inputs = [path("prompt.npy"), path("n.npy")];
-            iree.run(&path("m.vmfb"), "generate", &inputs, Some(("model", &path("tiny.gguf"))), &[path("out.npy")])
+            iree.run(&path("m.vmfb"), "generate", &inputs, &[("model", path("tiny.gguf").as_path())], &[path("out.npy")])
                 .unwrap();
             let out = crate::npy::read(&path("out.npy")).unwrap().to_f64_vec();
             let got: Vec<u32> = out.iter().take_while(|&&t| t >= 0.0).map(|&t| t as u32).collect();

@@ -100,7 +100,22 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// source to its target dtype chunk by chunk. Every entry is checked before
 /// the file is touched; the archive appears complete or not at all.
 pub fn write_derived(path: &Path, params: &[DerivedParam<'_>]) -> Result<ArchiveSummary, ParamsError> {
-    write_in_chunks(path, params, CHUNK_BYTES)
+    write_in_chunks(path, params, CHUNK_BYTES, &mut |_| {})
+}
+
+/// [`write_derived`], calling `progress` with the bytes of each chunk as it
+/// is written (for a progress bar).
+pub fn write_derived_with_progress(
+    path: &Path,
+    params: &[DerivedParam<'_>],
+    progress: &mut dyn FnMut(u64),
+) -> Result<ArchiveSummary, ParamsError> {
+    write_in_chunks(path, params, CHUNK_BYTES, progress)
+}
+
+/// The bytes each param takes in an archive.
+pub fn derived_len(p: &DerivedParam<'_>) -> Result<u64, ParamsError> {
+    Ok(plan(p, CHUNK_BYTES)?.1)
 }
 
 /// One param's derived bytes in memory (for inline params and the
@@ -171,6 +186,7 @@ fn write_in_chunks(
     path: &Path,
     params: &[DerivedParam<'_>],
     chunk_bytes: usize,
+    progress: &mut dyn FnMut(u64),
 ) -> Result<ArchiveSummary, ParamsError> {
     let mut plans = Vec::with_capacity(params.len());
     let mut specs = Vec::with_capacity(params.len());
@@ -184,7 +200,11 @@ fn write_in_chunks(
     irpa::write_archive(path, &specs, |i, out| {
         let p = &params[i];
         match plans[i] {
-            Plan::Copy => p.source.chunks(chunk_bytes.max(1)).try_for_each(|c| out.write_all(c)),
+            Plan::Copy => p.source.chunks(chunk_bytes.max(1)).try_for_each(|c| {
+                out.write_all(c)?;
+                progress(c.len() as u64);
+                Ok(())
+            }),
             Plan::Convert { from, values: per_chunk } => {
                 let source_chunk = per_chunk / from.block_size() * from.type_size();
                 for src in p.source.chunks(source_chunk) {
@@ -193,6 +213,7 @@ fn write_in_chunks(
                     quant::dequantize(from, src, &mut values).map_err(io::Error::other)?;
                     encode(&values, p.target, &mut bytes);
                     out.write_all(&bytes)?;
+                    progress(bytes.len() as u64);
                 }
                 Ok(())
             }
@@ -325,13 +346,13 @@ pub(crate) mod tests {
         ];
         let dir = tempfile::tempdir().unwrap();
         let whole = dir.path().join("whole.irpa");
-        write_in_chunks(&whole, &params, 1 << 30).unwrap();
+        write_in_chunks(&whole, &params, 1 << 30, &mut |_| {}).unwrap();
         let whole = std::fs::read(&whole).unwrap();
         // 1: one block or one value per chunk; 1000: 1 Q4_K block (512 bytes
         // of bf16), 500 f16 values; 1537: 3 blocks, 768 values; and the default.
         for chunk in [1, 1000, 1537, CHUNK_BYTES] {
             let path = dir.path().join(format!("chunk{chunk}.irpa"));
-            write_in_chunks(&path, &params, chunk).unwrap();
+            write_in_chunks(&path, &params, chunk, &mut |_| {}).unwrap();
             assert!(std::fs::read(&path).unwrap() == whole, "chunks of {chunk} bytes change the archive");
         }
         let archive = IrpaArchive::open(&dir.path().join("chunk1000.irpa")).unwrap();

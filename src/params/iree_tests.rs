@@ -92,7 +92,7 @@ fn run_and_compare(dir: &Path, module_path: &Path, parameters: Option<(&str, &Pa
     iree.compile(module_path, &vmfb).unwrap_or_else(|e| panic!("{}: {e}", module_path.display()));
     let (x, out) = (dir.join("x.npy"), dir.join("out.npy"));
     npy::write(&x, &input()).expect("write input");
-    iree.run(&vmfb, "main", &[x], parameters, std::slice::from_ref(&out)).expect("iree-run-module");
+    iree.run(&vmfb, "main", &[x], parameters.as_slice(), std::slice::from_ref(&out)).expect("iree-run-module");
     let got = npy::read(&out).expect("read output").to_f64_vec();
     assert_eq!(got.len(), want.len());
     for (i, (g, w)) in got.iter().zip(want).enumerate() {

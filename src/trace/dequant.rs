@@ -488,7 +488,7 @@ mod tests {
         let vmfb = dir.path().join("module.vmfb");
         iree.compile(&mlir_path, &vmfb).unwrap();
         let out_paths: Vec<PathBuf> = (0..TYPES.len()).map(|i| dir.path().join(format!("out{i}.npy"))).collect();
-        iree.run(&vmfb, "main", &[], Some(("model", &params_path)), &out_paths).unwrap();
+        iree.run(&vmfb, "main", &[], &[("model", params_path.as_path())], &out_paths).unwrap();
 
         let mut failures = Vec::new();
         for (i, &ty) in TYPES.iter().enumerate() {

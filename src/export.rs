@@ -1,0 +1,485 @@
+//! `kiln export`: a checkpoint to a directory that `kiln compile` and
+//! `kiln run` (or iree-compile and iree-run-module directly) use.
+//!
+//! The directory holds the module (`model.mlir` or `model.mlirbc`) with
+//! `prefill`, `decode` and `generate`; `params.irpa` when some params had
+//! to be derived (dequantized, re-typed); and `manifest.json`, which says
+//! what the functions take and which parameter file binds which scope.
+//! The manifest is written last: a directory with one is complete.
+//!
+//! Params ([`ParamsMode`]):
+//! - `reference`: params stored as the graph declares them point at the
+//!   checkpoint (`#flow.parameter.named<"model"::NAME>`, run with
+//!   `--parameters=model=CHECKPOINT`); only derived ones are written, into
+//!   `params.irpa` under the scope `archive`.
+//! - `archive`: every param is written into `params.irpa` (scope `archive`),
+//!   dense ones as `--dtype`.
+//! - `inline`: every param is a `dense_resource` blob in the module, which
+//!   aliases the mapped checkpoint until it is written (bytecode by default).
+
+use crate::graph::{DType, Graph, Op, TensorType};
+use crate::interp::Value;
+use crate::iree::{Iree, IreeError};
+use crate::npy;
+use crate::lower::{self, Emit, LowerError, LowerOptions, Session};
+use crate::models::{Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
+use crate::params::archive::{self, DerivedParam};
+use crate::params::{ParamInit, ParamInits, ParamsError};
+use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::weights::gguf::Gguf;
+use crate::weights::WeightsError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Lower(#[from] LowerError),
+    #[error(transparent)]
+    Params(#[from] ParamsError),
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    #[error(transparent)]
+    Iree(#[from] IreeError),
+    #[error(transparent)]
+    Npy(#[from] npy::NpyError),
+    #[error("{path}: {message}")]
+    Source { path: PathBuf, message: String },
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
+    #[error("{path}: not a kiln export ({message}); run `kiln export MODEL -o DIR` first")]
+    Manifest { path: PathBuf, message: String },
+}
+
+pub type Result<T> = std::result::Result<T, ExportError>;
+
+/// Where params' values come from at run time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParamsMode {
+    /// The checkpoint itself; only derived params are written.
+    #[default]
+    Reference,
+    /// Every param in `params.irpa`.
+    Archive,
+    /// Every param inside the module.
+    Inline,
+}
+
+#[derive(Clone, Debug)]
+pub struct ExportOptions {
+    pub params: ParamsMode,
+    pub packed: PackedPolicy,
+    /// Dequantized params' dtype, and in archive mode every dense param's.
+    pub dtype: DType,
+    /// Positions of the KV cache: prompt plus generated tokens.
+    pub max_context: usize,
+    /// The module's form; by default bytecode for inline params, else text.
+    pub emit: Option<Emit>,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        ExportOptions {
+            params: ParamsMode::Reference,
+            packed: PackedPolicy::Fail,
+            dtype: DType::F32,
+            max_context: 256,
+            emit: None,
+        }
+    }
+}
+
+impl ExportOptions {
+    /// `reference`, `archive (bf16)`, ... for summaries.
+    pub fn params_description(&self) -> String {
+        let mode = match self.params {
+            ParamsMode::Reference => "reference",
+            ParamsMode::Archive => "archive",
+            ParamsMode::Inline => "inline",
+        };
+        format!("{mode}, packed {}", self.packed)
+    }
+}
+
+/// Hooks for a progress display; every method defaults to nothing.
+pub trait Progress {
+    /// A new stage starts (`tracing`, `lowering`, ...).
+    fn stage(&mut self, _name: &str) {}
+    /// `total` bytes of params are about to be written.
+    fn start_bytes(&mut self, _total: u64) {}
+    /// `n` more of them were written.
+    fn advance(&mut self, _n: u64) {}
+}
+
+impl Progress for () {}
+
+/// A checkpoint opened for export: the mapped file and what it holds.
+pub enum Source {
+    Gguf(Gguf),
+}
+
+impl Source {
+    pub fn open(path: &Path) -> Result<Source> {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("gguf") => Ok(Source::Gguf(Gguf::open(path)?)),
+            _ => Err(ExportError::Source {
+                path: path.to_path_buf(),
+                message: "kiln exports .gguf checkpoints".into(),
+            }),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            Source::Gguf(gguf) => gguf.path(),
+        }
+    }
+
+    pub fn format(&self) -> &'static str {
+        match self {
+            Source::Gguf(_) => "gguf",
+        }
+    }
+
+    pub fn family(&self) -> Result<Family> {
+        Ok(match self {
+            Source::Gguf(gguf) => Family::from_gguf(gguf)?,
+        })
+    }
+
+    /// The checkpoint's tensors under `packed`, dense ones cast to `cast`.
+    pub fn weights(&self, packed: PackedPolicy, cast: Option<DType>) -> Result<Box<dyn Checkpoint + '_>> {
+        Ok(match self {
+            Source::Gguf(gguf) => {
+                let weights = GgufWeights::new(gguf, packed)?;
+                Box::new(match cast {
+                    Some(dtype) => weights.with_cast(dtype)?,
+                    None => weights,
+                })
+            }
+        })
+    }
+
+    /// The checkpoint's own tokenizer.
+    pub fn tokenizer(&self) -> Result<Tokenizer> {
+        Ok(match self {
+            Source::Gguf(gguf) => Tokenizer::from_gguf(gguf)?,
+        })
+    }
+}
+
+/// `manifest.json`: what an export holds and how to run it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub kiln_version: String,
+    /// The checkpoint, absolute: `kiln run` reads its tokenizer.
+    pub source: PathBuf,
+    pub format: String,
+    pub architecture: String,
+    /// The module file, relative to the directory.
+    pub module: String,
+    pub params: ParamsMode,
+    pub packed: String,
+    pub max_context: usize,
+    /// `--parameters=SCOPE=FILE` bindings; relative files are in the directory.
+    pub parameters: Vec<ParameterFile>,
+    pub functions: Vec<Signature>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ParameterFile {
+    pub scope: String,
+    pub file: PathBuf,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Signature {
+    pub name: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+}
+
+impl Manifest {
+    pub const FILE: &'static str = "manifest.json";
+    /// What `kiln compile` writes next to the module.
+    pub const VMFB: &'static str = "model.vmfb";
+
+    pub fn read(dir: &Path) -> Result<Manifest> {
+        let path = dir.join(Self::FILE);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| ExportError::Manifest { path: path.clone(), message: e.to_string() })?;
+        serde_json::from_str(&text).map_err(|e| ExportError::Manifest { path, message: e.to_string() })
+    }
+
+    /// Parameter bindings with files resolved against `dir`.
+    pub fn parameter_paths(&self, dir: &Path) -> Vec<(String, PathBuf)> {
+        self.parameters.iter().map(|p| (p.scope.clone(), dir.join(&p.file))).collect()
+    }
+}
+
+/// What an export did, for the summary line.
+#[derive(Clone, Debug)]
+pub struct ExportSummary {
+    pub manifest: Manifest,
+    /// Graph ops over every function (params and inputs excluded).
+    pub ops: usize,
+    pub params: usize,
+    /// Elements over every param.
+    pub param_elements: u64,
+    /// Params written into the archive or the module, and their bytes.
+    pub params_written: usize,
+    /// Every file's bytes: module, archive and manifest.
+    pub bytes_written: u64,
+    pub seconds: f64,
+    /// Peak resident memory of the process (VmHWM), if the OS says.
+    pub peak_rss: Option<u64>,
+}
+
+/// Scope of params read from the checkpoint.
+pub const SOURCE_SCOPE: &str = "model";
+/// Scope of params in the export's `params.irpa`.
+pub const ARCHIVE_SCOPE: &str = "archive";
+const ARCHIVE_FILE: &str = "params.irpa";
+
+/// Exports `model` into `dir` (created if needed).
+pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut dyn Progress) -> Result<ExportSummary> {
+    let start = Instant::now();
+    let source = Source::open(model)?;
+    let family = source.family()?;
+    let cast = (options.params == ParamsMode::Archive).then_some(options.dtype);
+    let packed = match options.packed {
+        PackedPolicy::Dequantize(_) => PackedPolicy::Dequantize(options.dtype),
+        policy => policy,
+    };
+    let weights = source.weights(packed, cast)?;
+
+    progress.stage("tracing");
+    let serving = Serving::new(&family, &*weights, options.max_context)?;
+    let graphs = serving.greedy_loop().graphs();
+    let names: BTreeSet<&str> = graphs.iter().flat_map(|g| g.params().map(|(_, name, _)| name)).collect();
+    let stored: Vec<DerivedParam<'_>> = names.iter().map(|name| weights.stored(name)).collect::<std::result::Result<_, _>>()?;
+
+    // What each param's global starts from, and what is written where.
+    let archived: Vec<DerivedParam<'_>> = match options.params {
+        ParamsMode::Reference => stored.iter().filter(|p| !p.is_copy()).copied().collect(),
+        ParamsMode::Archive => stored.clone(),
+        ParamsMode::Inline => vec![],
+    };
+    let derived_inline: Vec<Vec<u8>> = match options.params {
+        ParamsMode::Inline => stored
+            .iter()
+            .filter(|p| !p.is_copy())
+            .map(archive::derive_to_vec)
+            .collect::<std::result::Result<_, _>>()?,
+        _ => vec![],
+    };
+    let mut inits = ParamInits::new();
+    let mut derived = derived_inline.iter();
+    for p in &stored {
+        let init = match options.params {
+            ParamsMode::Inline if p.is_copy() => ParamInit::Inline(p.source),
+            ParamsMode::Inline => ParamInit::Inline(derived.next().expect("one buffer per derived param")),
+            ParamsMode::Archive => named(ARCHIVE_SCOPE, p.name),
+            ParamsMode::Reference if p.is_copy() => named(SOURCE_SCOPE, p.name),
+            ParamsMode::Reference => named(ARCHIVE_SCOPE, p.name),
+        };
+        inits.set(p.name, init);
+    }
+
+    progress.stage("lowering");
+    let session = Session::new();
+    let module = session.lower_serving(&serving.greedy_loop(), &LowerOptions::default(), &inits)?;
+
+    std::fs::create_dir_all(dir).map_err(|error| ExportError::Io { path: dir.to_path_buf(), error })?;
+    let mut written = Written::default();
+    let mut parameters = Vec::new();
+    if matches!(options.params, ParamsMode::Reference) && archived.len() < stored.len() {
+        parameters.push(ParameterFile { scope: SOURCE_SCOPE.into(), file: absolute(source.path())? });
+    }
+    if !archived.is_empty() {
+        progress.stage("writing params");
+        let total = archived.iter().map(archive::derived_len).sum::<std::result::Result<u64, _>>()?;
+        progress.start_bytes(total);
+        let path = dir.join(ARCHIVE_FILE);
+        archive::write_derived_with_progress(&path, &archived, &mut |n| progress.advance(n))?;
+        written.add(path)?;
+        parameters.push(ParameterFile { scope: ARCHIVE_SCOPE.into(), file: ARCHIVE_FILE.into() });
+    }
+
+    progress.stage("writing module");
+    let emit = options.emit.unwrap_or(match options.params {
+        ParamsMode::Inline => Emit::Mlirbc,
+        _ => Emit::default(),
+    });
+    let module_file = match emit {
+        Emit::Mlirbc => "model.mlirbc",
+        Emit::Mlir { .. } => "model.mlir",
+    };
+    let module_path = dir.join(module_file);
+    lower::write_module_to_path(&module, emit, &module_path).map_err(|e| written.abandon(e.into()))?;
+    written.add(module_path)?;
+
+    let manifest = Manifest {
+        kiln_version: env!("CARGO_PKG_VERSION").into(),
+        source: absolute(source.path())?,
+        format: source.format().into(),
+        architecture: family.name().into(),
+        module: module_file.into(),
+        params: options.params,
+        packed: options.packed.to_string(),
+        max_context: options.max_context,
+        parameters,
+        functions: [&serving.prefill, &serving.decode].into_iter().map(signature).chain([generate_signature(&serving)]).collect(),
+    };
+    let manifest_path = dir.join(Manifest::FILE);
+    let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes") + "\n";
+    crate::write_atomically(&manifest_path, json.as_bytes())
+        .map_err(|error| written.abandon(ExportError::Io { path: manifest_path.clone(), error }))?;
+    written.add(manifest_path)?;
+
+    let ops = graphs.iter().flat_map(|g| g.nodes()).filter(|n| !matches!(n.op, Op::Param { .. } | Op::Input)).count();
+    let param_elements = graphs
+        .iter()
+        .flat_map(|g| g.params())
+        .map(|(_, name, ty)| (name, ty.num_elements() as u64))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .values()
+        .sum();
+    Ok(ExportSummary {
+        manifest,
+        ops,
+        params: stored.len(),
+        param_elements,
+        params_written: archived.len() + if options.params == ParamsMode::Inline { stored.len() } else { 0 },
+        bytes_written: written.bytes,
+        seconds: start.elapsed().as_secs_f64(),
+        peak_rss: crate::peak_rss(),
+    })
+}
+
+fn named(scope: &str, key: &str) -> ParamInit<'static> {
+    ParamInit::Named { scope: scope.into(), key: key.into() }
+}
+
+fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).map_err(|error| ExportError::Io { path: path.to_path_buf(), error })
+}
+
+fn signature(graph: &Graph) -> Signature {
+    let types = |ids: &[crate::graph::ValueId]| ids.iter().map(|&v| graph.node(v).ty.to_string()).collect();
+    Signature { name: graph.name.clone(), inputs: types(graph.inputs()), outputs: types(graph.outputs()) }
+}
+
+fn generate_signature(serving: &Serving) -> Signature {
+    Signature {
+        name: "generate".into(),
+        inputs: vec!["tensor<1x?xi32>".into(), "tensor<i32>".into()],
+        outputs: vec![format!("tensor<1x{}xi32>", serving.max_context)],
+    }
+}
+
+/// The files one export wrote, removed again if a later step fails, so a
+/// failed export leaves no half-written directory behind.
+#[derive(Default)]
+struct Written {
+    files: Vec<PathBuf>,
+    bytes: u64,
+}
+
+impl Written {
+    fn add(&mut self, path: PathBuf) -> Result<()> {
+        let len = std::fs::metadata(&path).map(|m| m.len());
+        self.files.push(path.clone());
+        match len {
+            Ok(len) => {
+                self.bytes += len;
+                Ok(())
+            }
+            Err(error) => Err(self.abandon(ExportError::Io { path, error })),
+        }
+    }
+
+    fn abandon(&mut self, error: ExportError) -> ExportError {
+        for file in self.files.drain(..) {
+            let _ = std::fs::remove_file(file);
+        }
+        error
+    }
+}
+
+/// Compiles an export's module into `model.vmfb` next to it.
+pub fn compile(dir: &Path, iree: &Iree) -> Result<PathBuf> {
+    let manifest = Manifest::read(dir)?;
+    let vmfb = dir.join(Manifest::VMFB);
+    iree.compile(&dir.join(&manifest.module), &vmfb)?;
+    Ok(vmfb)
+}
+
+/// What [`generate`] produced.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    pub prompt_tokens: Vec<u32>,
+    /// The new tokens, up to and including an end-of-generation token.
+    pub tokens: Vec<u32>,
+    pub text: String,
+    /// Wall time of the `iree-run-module` call (module load, prefill, decode).
+    pub seconds: f64,
+}
+
+/// Runs a compiled export's `generate` on `prompt` (tokenized with the
+/// checkpoint's own tokenizer) for up to `max_new_tokens` tokens.
+pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) -> Result<Generation> {
+    let manifest = Manifest::read(dir)?;
+    let vmfb = dir.join(Manifest::VMFB);
+    if !vmfb.is_file() {
+        return Err(ExportError::Manifest {
+            path: vmfb,
+            message: "the module is not compiled; run `kiln compile DIR`".into(),
+        });
+    }
+    let tokenizer = Source::open(&manifest.source)?.tokenizer()?;
+    let prompt_tokens = tokenizer.encode(prompt, tokenizer.add_bos_token());
+    if prompt_tokens.is_empty() || prompt_tokens.len() > manifest.max_context {
+        return Err(ExportError::Source {
+            path: manifest.source.clone(),
+            message: format!(
+                "the prompt is {} tokens; the export holds 1 to {} (`kiln export --max-context`)",
+                prompt_tokens.len(),
+                manifest.max_context
+            ),
+        });
+    }
+    let work = tempfile::tempdir().map_err(|error| ExportError::Io { path: std::env::temp_dir(), error })?;
+    let (tokens_npy, n_npy, out_npy) =
+        (work.path().join("prompt.npy"), work.path().join("n.npy"), work.path().join("out.npy"));
+    let ids: Vec<u8> = prompt_tokens.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
+    let ids = Value::from_le_bytes(&TensorType::new([1, prompt_tokens.len()], DType::I32), &ids)
+        .expect("sizes match by construction");
+    let n = Value::from_le_bytes(&TensorType::new([], DType::I32), &(max_new_tokens as i32).to_le_bytes())
+        .expect("sizes match by construction");
+    npy::write(&tokens_npy, &ids)?;
+    npy::write(&n_npy, &n)?;
+    let parameters = manifest.parameter_paths(dir);
+    let bindings: Vec<(&str, &Path)> = parameters.iter().map(|(s, p)| (s.as_str(), p.as_path())).collect();
+    let start = Instant::now();
+    iree.run(&vmfb, "generate", &[tokens_npy, n_npy], &bindings, std::slice::from_ref(&out_npy))?;
+    let seconds = start.elapsed().as_secs_f64();
+    let out = npy::read(&out_npy)?.to_f64_vec();
+    let mut tokens = Vec::new();
+    for &t in out.iter().take(max_new_tokens).take_while(|&&t| t >= 0.0) {
+        tokens.push(t as u32);
+        if tokenizer.is_eog(t as u32) {
+            break;
+        }
+    }
+    let text = tokenizer.decode(&tokens);
+    Ok(Generation { prompt_tokens, tokens, text, seconds })
+}
