@@ -11,10 +11,12 @@ setup:
 build: setup
 	$(CARGO) build
 
-# Unit and doc tests, then the lit suite: FileCheck on kiln's MLIR, and
+# Unit and doc tests, the library-API example (a custom model, IREE vs the
+# reference interpreter), then the lit suite: FileCheck on kiln's MLIR, and
 # `kiln check` per op (IREE-compiled module vs the reference interpreter).
 test: build
 	$(CARGO) test
+	$(CARGO) run --example custom_model
 	$(LIT) -sv test/lit
 
 demo: build

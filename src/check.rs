@@ -18,27 +18,42 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
+/// Why a check could not run (a mismatch is not an error: see [`CheckReport::ok`]).
 #[derive(Debug, Error)]
 pub enum CheckError {
+    /// The graph did not lower.
     #[error(transparent)]
     Lower(#[from] LowerError),
+    /// The reference interpreter failed.
     #[error(transparent)]
     Interp(#[from] InterpError),
+    /// `iree-compile` or `iree-run-module` failed.
     #[error(transparent)]
     Iree(#[from] IreeError),
+    /// An input or output `.npy` file could not be written or read.
     #[error(transparent)]
     Npy(#[from] NpyError),
+    /// The params file could not be written or read back.
     #[error(transparent)]
     Weights(#[from] WeightsError),
+    /// A file in the work folder could not be written.
     #[error("{context}: {error}")]
-    Io { context: String, error: std::io::Error },
+    Io {
+        /// What was being done.
+        context: String,
+        /// The I/O error.
+        error: std::io::Error,
+    },
 }
 
+/// How [`check_graph`] seeds its data and compares the results.
 #[derive(Clone, Debug)]
 pub struct CheckOptions {
+    /// Seed of the random inputs and params.
     pub seed: u64,
     /// Float outputs match when `|iree - ref| <= atol + rtol * |ref|`.
     pub rtol: f64,
+    /// Absolute tolerance, with `rtol`.
     pub atol: f64,
     /// Run-time sizes a graph with `?` dims is run at, each with its own
     /// seeded inputs, through one compiled module.
@@ -54,14 +69,21 @@ impl Default for CheckOptions {
 /// How one output compared.
 #[derive(Clone, Debug)]
 pub struct OutputReport {
+    /// Which graph output this is.
     pub index: usize,
     /// The size of `?` in this run, for a graph with `?` dims.
     pub dynamic_size: Option<usize>,
+    /// The interpreter's result type.
     pub ty: TensorType,
+    /// Largest `|iree - ref|` (infinite where only one side is NaN or infinite).
     pub max_abs_err: f64,
+    /// Largest `|iree - ref| / |ref|` over nonzero references.
     pub max_rel_err: f64,
+    /// Whether the values match: exactly for integers, within tolerance for floats.
     pub ok: bool,
+    /// The interpreter's value.
     pub reference: Value,
+    /// IREE's value.
     pub iree: Value,
 }
 
@@ -82,13 +104,17 @@ impl fmt::Display for OutputReport {
     }
 }
 
+/// The outcome of [`check_graph`].
 #[derive(Debug)]
 pub struct CheckReport {
+    /// The lowered module's text, as compiled.
     pub mlir: String,
+    /// Each output of each run, in order.
     pub outputs: Vec<OutputReport>,
 }
 
 impl CheckReport {
+    /// Whether every output matched.
     pub fn ok(&self) -> bool {
         self.outputs.iter().all(|o| o.ok)
     }

@@ -12,44 +12,71 @@ use std::io::Read;
 use std::path::Path;
 use thiserror::Error;
 
+/// Why a file could not be inspected.
 #[derive(Debug, Error)]
 pub enum InspectError {
+    /// A malformed checkpoint.
     #[error(transparent)]
     Weights(#[from] WeightsError),
+    /// A malformed parameter archive.
     #[error(transparent)]
     Params(#[from] ParamsError),
     #[error("{path}: {error}")]
-    Io { path: String, error: std::io::Error },
+    /// The file could not be opened or read.
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        error: std::io::Error,
+    },
     #[error("{path}: not a GGUF, safetensors, safetensors index or IRPA file (first bytes {magic:02x?})")]
-    UnknownFormat { path: String, magic: Vec<u8> },
+    /// The file is none of the formats kiln reads.
+    UnknownFormat {
+        /// The file.
+        path: String,
+        /// Its first bytes.
+        magic: Vec<u8>,
+    },
 }
 
+/// What a file holds, for printing (its `Display`) or as JSON (`Serialize`).
 #[derive(Debug, Serialize)]
 pub struct Inspection {
+    /// The file, as given.
     pub path: String,
     /// `gguf`, `safetensors`, `safetensors-index` or `irpa`.
     pub format: String,
+    /// One line: the format, its version, counts and offsets.
     pub summary: String,
+    /// Every metadata key and value, in file order.
     pub metadata: Vec<MetadataEntry>,
+    /// Every tensor, in file order.
     pub tensors: Vec<TensorRow>,
 }
 
+/// One metadata key.
 #[derive(Debug, Serialize)]
 pub struct MetadataEntry {
+    /// The key, as the file spells it.
     pub key: String,
+    /// The value's type: GGUF's name (`UINT32`, `array<STRING>`), or `string` for safetensors.
     #[serde(rename = "type")]
     pub value_type: String,
+    /// The value; an array over 8 items as `{"len": n, "head": [its first 8]}`.
     pub value: serde_json::Value,
 }
 
+/// One tensor or archive entry.
 #[derive(Debug, Serialize)]
 pub struct TensorRow {
+    /// The name, as the file spells it.
     pub name: String,
     /// ggml type, safetensors dtype, or `data`/`splat` for archive entries.
     #[serde(rename = "type")]
     pub dtype: String,
     /// Row-major (slowest dim first); empty for archive entries.
     pub shape: Vec<u64>,
+    /// Size of its data in the file.
     pub bytes: u64,
     /// Offset of the tensor's bytes in its file.
     pub offset: u64,
@@ -61,6 +88,8 @@ pub struct TensorRow {
 /// Arrays longer than this show their first items and their length.
 const ARRAY_PREVIEW: usize = 8;
 
+/// Reads the headers of a GGUF, safetensors file, safetensors index or IRPA
+/// archive, telling them apart by content, not by extension.
 pub fn inspect(path: &Path) -> Result<Inspection, InspectError> {
     let shown = path.display().to_string();
     let mut magic = Vec::with_capacity(8);

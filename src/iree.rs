@@ -2,23 +2,51 @@
 //!
 //! The tools come from PyPI (`iree-base-compiler`, `iree-base-runtime`),
 //! which `make setup` installs into the project's `.venv`. They are found
-//! in `$KILN_IREE_BIN` if set, else next to the running `kiln` in the
-//! project's `.venv/bin`, else on `PATH`.
+//! in `$KILN_IREE_BIN` if set, else in the `.venv/bin` of the project whose
+//! `target/` folder holds the running program (`kiln`, an example, a test),
+//! else on `PATH`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use thiserror::Error;
 
+/// Why an IREE tool could not be found or did not succeed.
 #[derive(Debug, Error)]
 pub enum IreeError {
+    /// A tool is in none of the folders searched.
     #[error("cannot find `{tool}` (looked in {searched}); run `make setup` to install IREE into .venv, or set KILN_IREE_BIN to the folder holding it")]
-    NotFound { tool: &'static str, searched: String },
+    NotFound {
+        /// The executable's name.
+        tool: &'static str,
+        /// The folders searched, `:`-separated.
+        searched: String,
+    },
+    /// A tool could not be started.
     #[error("cannot start {tool}: {error}")]
-    Spawn { tool: String, error: std::io::Error },
+    Spawn {
+        /// The executable's path.
+        tool: String,
+        /// Why it did not start.
+        error: std::io::Error,
+    },
+    /// A tool exited with a failure.
     #[error("{tool} failed ({status}):\n{stderr}")]
-    Failed { tool: String, status: String, stderr: String },
+    Failed {
+        /// The executable's path.
+        tool: String,
+        /// Its exit status.
+        status: String,
+        /// Its standard error, which holds IREE's diagnostics.
+        stderr: String,
+    },
+    /// The compiled module could not be written.
     #[error("{context}: {error}")]
-    Io { context: String, error: std::io::Error },
+    Io {
+        /// What was being done.
+        context: String,
+        /// The I/O error.
+        error: std::io::Error,
+    },
 }
 
 /// Flags that make `iree-compile` read StableHLO and target this host's CPU.
@@ -29,21 +57,28 @@ pub const COMPILE_FLAGS: &[&str] = &[
     "--iree-llvmcpu-target-cpu=host",
 ];
 
+/// The IREE tools kiln runs.
 #[derive(Clone, Debug)]
 pub struct Iree {
+    /// `iree-compile`.
     pub compile: PathBuf,
+    /// `iree-run-module`.
     pub run_module: PathBuf,
 }
 
 impl Iree {
+    /// Finds the tools in `$KILN_IREE_BIN`, then in the `.venv/bin` next to the
+    /// project's `target/` folder that holds the running program, then on `PATH`.
     pub fn locate() -> Result<Iree, IreeError> {
         let mut dirs: Vec<PathBuf> = Vec::new();
         if let Some(d) = std::env::var_os("KILN_IREE_BIN") {
             dirs.push(d.into());
         }
-        // `target/{debug,release}/kiln` → `<repo>/.venv/bin`.
+        // `<repo>/target/debug/kiln`, `<repo>/target/debug/examples/NAME`,
+        // ... → `<repo>/.venv/bin`.
         if let Ok(exe) = std::env::current_exe() {
-            if let Some(repo) = exe.ancestors().nth(3) {
+            let target = exe.ancestors().skip(1).find(|a| a.file_name().is_some_and(|n| n == "target"));
+            if let Some(repo) = target.and_then(Path::parent) {
                 dirs.push(repo.join(".venv/bin"));
             }
         }

@@ -13,14 +13,33 @@ use thiserror::Error;
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
+/// Why a `.npy` file could not be written or read; each names the file.
 #[derive(Debug, Error)]
 pub enum NpyError {
     #[error("{}: {error}", path.display())]
-    Io { path: PathBuf, error: std::io::Error },
+    /// The file could not be created, written or read.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        error: std::io::Error,
+    },
     #[error("{}: {message}", path.display())]
-    Format { path: PathBuf, message: String },
+    /// The file is not a `.npy` file kiln reads, or its header cannot be written.
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     #[error("{}: {dtype} has no NumPy dtype that IREE reads back as {dtype}", path.display())]
-    Unsupported { path: PathBuf, dtype: DType },
+    /// The value's dtype has no NumPy dtype IREE reads back as the same type.
+    Unsupported {
+        /// The file.
+        path: PathBuf,
+        /// The value's dtype.
+        dtype: DType,
+    },
 }
 
 fn descr(dtype: DType) -> Option<&'static str> {
@@ -39,6 +58,7 @@ fn descr(dtype: DType) -> Option<&'static str> {
     }
 }
 
+/// Writes `v` as a version 1.0 `.npy` file (bf16 is refused, see the module docs).
 pub fn write(path: &Path, v: &Value) -> Result<(), NpyError> {
     let io = |error| NpyError::Io { path: path.to_path_buf(), error };
     let descr =
@@ -69,6 +89,7 @@ pub fn write(path: &Path, v: &Value) -> Result<(), NpyError> {
     out.flush().map_err(io)
 }
 
+/// Reads a `.npy` file of a supported dtype, C order, little-endian.
 pub fn read(path: &Path) -> Result<Value, NpyError> {
     let bad = |message: String| NpyError::Format { path: path.to_path_buf(), message };
     let bytes = std::fs::read(path).map_err(|error| NpyError::Io { path: path.to_path_buf(), error })?;

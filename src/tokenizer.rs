@@ -94,17 +94,43 @@ const EOG_TEXTS: &[&str] = &[
 /// Every error names the file and the metadata key.
 #[derive(Debug, Error)]
 pub enum TokenizerError {
+    /// A required key is absent.
     #[error("{}: cannot find {key} in metadata", path.display())]
-    Missing { path: PathBuf, key: &'static str },
+    Missing {
+        /// The GGUF file.
+        path: PathBuf,
+        /// The metadata key.
+        key: &'static str,
+    },
+    /// A key holds a value of the wrong type or an inconsistent one.
     #[error("{}: {key}: {message}", path.display())]
-    Invalid { path: PathBuf, key: &'static str, message: String },
+    Invalid {
+        /// The GGUF file.
+        path: PathBuf,
+        /// The metadata key.
+        key: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// `tokenizer.ggml.model` names a kind of tokenizer kiln does not implement.
     #[error(
         "{}: {MODEL} is \"{model}\"; kiln tokenizes \"gpt2\" (byte-level BPE) and \"llama\" (SentencePiece)",
         path.display()
     )]
-    UnsupportedModel { path: PathBuf, model: String },
+    UnsupportedModel {
+        /// The GGUF file.
+        path: PathBuf,
+        /// The model kind the file names.
+        model: String,
+    },
+    /// `tokenizer.ggml.pre` names a pre-tokenizer kiln does not implement.
     #[error("{}: {PRE} is \"{pre}\"; kiln's byte-level BPE splits text for {}", path.display(), PreTokenizer::NAMES)]
-    UnsupportedPre { path: PathBuf, pre: String },
+    UnsupportedPre {
+        /// The GGUF file.
+        path: PathBuf,
+        /// The pre-tokenizer the file names.
+        pre: String,
+    },
 }
 
 /// `tokenizer.ggml.token_type`: llama.cpp's `llama_token_type`.
@@ -450,6 +476,7 @@ impl Tokenizer {
         self.vocab.get(text)
     }
 
+    /// Number of tokens in the vocabulary; ids are below it.
     pub fn vocab_size(&self) -> usize {
         self.piece_ends.len()
     }

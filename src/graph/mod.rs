@@ -21,12 +21,16 @@ pub use types::{DType, TensorType, DYNAMIC};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ValueId(pub usize);
 
+/// One op application and its result.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
     /// Unique within the graph; becomes the MLIR `NameLoc` of what it lowers to.
     pub name: String,
+    /// What the node computes.
     pub op: Op,
+    /// The values it reads, defined earlier in the graph.
     pub operands: Vec<ValueId>,
+    /// Its result type, from the op's shape rule.
     pub ty: TensorType,
 }
 
@@ -34,38 +38,82 @@ pub struct Node {
 #[derive(Debug, Error, Clone, PartialEq)]
 #[error("{op} ({rule}): {message}")]
 pub struct ShapeError {
+    /// The op, by its StableHLO name.
     pub op: &'static str,
     /// The StableHLO spec constraint, e.g. `C10`, or `kiln` for kiln's own rules.
     pub rule: &'static str,
+    /// What is wrong, with the values involved.
     pub message: String,
 }
 
 impl ShapeError {
+    /// A broken `rule` of `op`.
     pub fn new(op: &'static str, rule: &'static str, message: impl Into<String>) -> Self {
         ShapeError { op, rule, message: message.into() }
     }
 }
 
+/// Why a node cannot be added or a graph text cannot be parsed.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum GraphError {
+    /// A node's operands break its op's shape rule.
     #[error("node %{node}: {error}")]
-    Shape { node: String, error: ShapeError },
+    Shape {
+        /// The node's name.
+        node: String,
+        /// The rule and the values.
+        error: ShapeError,
+    },
+    /// An operand refers to a value not defined before the node.
     #[error("node %{node} ({op}): operand {index} refers to %{operand}, which is not defined before it")]
-    MissingOperand { node: String, op: String, index: usize, operand: String },
+    MissingOperand {
+        /// The node's name.
+        node: String,
+        /// Its op.
+        op: String,
+        /// Which operand.
+        index: usize,
+        /// The operand as written (a name, or `#id`).
+        operand: String,
+    },
+    /// Two values have the same name.
     #[error("value name %{0} is defined twice")]
     DuplicateName(String),
+    /// One param name is declared with two types.
     #[error("param \"{name}\" is declared as {first} and again as {second}")]
-    ParamTypeConflict { name: String, first: TensorType, second: TensorType },
+    ParamTypeConflict {
+        /// The param (checkpoint tensor) name.
+        name: String,
+        /// The type it was first declared with.
+        first: TensorType,
+        /// The conflicting type.
+        second: TensorType,
+    },
+    /// A node has a `?` dim but no input before it has one to give its size.
     #[error("node %{node}: its type {ty} has a ? dim, but no function input before it has one to take the run-time size from")]
-    UnboundDynamic { node: String, ty: TensorType },
+    UnboundDynamic {
+        /// The node's name.
+        node: String,
+        /// Its result type.
+        ty: TensorType,
+    },
+    /// A graph must return at least one value.
     #[error("the graph has no outputs; `return` at least one value")]
     NoOutputs,
+    /// The graph text is malformed.
     #[error("line {line}: {message}")]
-    Parse { line: usize, message: String },
+    Parse {
+        /// The 1-based line.
+        line: usize,
+        /// What is wrong there.
+        message: String,
+    },
 }
 
+/// A function: nodes in definition order, its inputs and its outputs.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Graph {
+    /// The function's name (`main`, `prefill`), the MLIR symbol it lowers to.
     pub name: String,
     nodes: Vec<Node>,
     inputs: Vec<ValueId>,
@@ -76,22 +124,27 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// An empty function called `name`.
     pub fn new(name: impl Into<String>) -> Self {
         Graph { name: name.into(), ..Default::default() }
     }
 
+    /// Every node, in definition order; a [`ValueId`] indexes it.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
     }
 
+    /// The node `id` names; panics if `id` is out of range.
     pub fn node(&self, id: ValueId) -> &Node {
         &self.nodes[id.0]
     }
 
+    /// The function arguments, in order.
     pub fn inputs(&self) -> &[ValueId] {
         &self.inputs
     }
 
+    /// The returned values, in order.
     pub fn outputs(&self) -> &[ValueId] {
         &self.outputs
     }
@@ -104,6 +157,7 @@ impl Graph {
         })
     }
 
+    /// The value named `name` (without the `%`); a tied param's alias names the one param.
     pub fn lookup(&self, name: &str) -> Option<ValueId> {
         self.by_name.get(name).copied()
     }
@@ -183,6 +237,7 @@ impl Graph {
         Ok(id)
     }
 
+    /// Sets the returned values; there must be at least one.
     pub fn set_outputs(&mut self, outputs: Vec<ValueId>) -> Result<(), GraphError> {
         if outputs.is_empty() {
             return Err(GraphError::NoOutputs);

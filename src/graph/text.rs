@@ -18,6 +18,7 @@ use super::ops::{AttrValue, Attrs};
 use super::{Graph, GraphError, Op, TensorType};
 use std::fmt::Write;
 
+/// The graph's text form, which [`parse`] reads back to an equal graph.
 pub fn print(graph: &Graph) -> String {
     let mut out = String::new();
     let args: Vec<String> = graph
@@ -51,6 +52,8 @@ pub fn print(graph: &Graph) -> String {
     out
 }
 
+/// Parses the text form, re-running every op's shape rule and rejecting a
+/// declared type that differs from the inferred one.
 pub fn parse(text: &str) -> Result<Graph, GraphError> {
     let mut graph: Option<Graph> = None;
     let mut done = false;

@@ -6,23 +6,32 @@ use std::str::FromStr;
 /// Element type of a tensor, spelled as in MLIR (`f32`, `i1`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
+    /// 32-bit IEEE float.
     F32,
+    /// 16-bit IEEE float.
     F16,
+    /// bfloat16: f32's exponent range, 8 bits of precision.
     BF16,
     /// StableHLO's boolean (`i1`), produced by `compare`.
     I1,
     /// Signless integers, which StableHLO reads as signed (`si8`, ...).
     I8,
+    /// Signless 16-bit integer.
     I16,
+    /// Signless 32-bit integer.
     I32,
+    /// Signless 64-bit integer.
     I64,
     /// Unsigned integers (`ui8`, ...), e.g. packed quantized weights.
     UI8,
+    /// Unsigned 16-bit integer.
     UI16,
+    /// Unsigned 32-bit integer.
     UI32,
 }
 
 impl DType {
+    /// Every element type, in `as_str` order.
     pub const ALL: [DType; 11] = [
         DType::F32,
         DType::F16,
@@ -37,6 +46,7 @@ impl DType {
         DType::UI32,
     ];
 
+    /// `f32`, `f16` or `bf16`.
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }
@@ -46,10 +56,12 @@ impl DType {
         self.is_signed_integer() || self.is_unsigned()
     }
 
+    /// `i8` to `i64`.
     pub fn is_signed_integer(self) -> bool {
         matches!(self, DType::I8 | DType::I16 | DType::I32 | DType::I64)
     }
 
+    /// `ui8` to `ui32`.
     pub fn is_unsigned(self) -> bool {
         matches!(self, DType::UI8 | DType::UI16 | DType::UI32)
     }
@@ -83,6 +95,7 @@ impl DType {
         }
     }
 
+    /// The MLIR spelling: `f32`, `i1`, `ui8`.
     pub fn as_str(self) -> &'static str {
         match self {
             DType::F32 => "f32",
@@ -129,15 +142,19 @@ pub const DYNAMIC: usize = usize::MAX;
 /// [`DYNAMIC`] dim.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
+    /// Dim sizes, slowest first; a [`DYNAMIC`] dim is `?`.
     pub shape: Vec<usize>,
+    /// The element type.
     pub dtype: DType,
 }
 
 impl TensorType {
+    /// A tensor of `shape` and `dtype`.
     pub fn new(shape: impl Into<Vec<usize>>, dtype: DType) -> Self {
         TensorType { shape: shape.into(), dtype }
     }
 
+    /// Number of dims (0 for a scalar).
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
@@ -160,6 +177,7 @@ impl TensorType {
         self.shape.iter().filter(|&&d| d != DYNAMIC).try_fold(1usize, |acc, &d| acc.checked_mul(d))
     }
 
+    /// Whether any dim is `?`.
     pub fn is_dynamic(&self) -> bool {
         self.shape.contains(&DYNAMIC)
     }
@@ -175,6 +193,7 @@ impl TensorType {
         TensorType::new(shape, self.dtype)
     }
 
+    /// The same shape with elements of `dtype`.
     pub fn with_dtype(&self, dtype: DType) -> Self {
         TensorType::new(self.shape.clone(), dtype)
     }

@@ -118,20 +118,32 @@ use {each_buffer, each_dtype};
 /// Dense row-major elements of one dtype.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Buffer {
+    /// `f32` elements.
     F32(Vec<f32>),
+    /// `f16` elements.
     F16(Vec<f16>),
+    /// `bf16` elements.
     BF16(Vec<bf16>),
+    /// `i1` elements.
     I1(Vec<bool>),
+    /// `i8` elements.
     I8(Vec<i8>),
+    /// `i16` elements.
     I16(Vec<i16>),
+    /// `i32` elements.
     I32(Vec<i32>),
+    /// `i64` elements.
     I64(Vec<i64>),
+    /// `ui8` elements.
     UI8(Vec<u8>),
+    /// `ui16` elements.
     UI16(Vec<u16>),
+    /// `ui32` elements.
     UI32(Vec<u32>),
 }
 
 impl Buffer {
+    /// The element type the variant holds.
     pub fn dtype(&self) -> DType {
         match self {
             Buffer::F32(_) => DType::F32,
@@ -148,10 +160,12 @@ impl Buffer {
         }
     }
 
+    /// Number of elements.
     pub fn len(&self) -> usize {
         each_buffer!(self, v => v.len())
     }
 
+    /// Whether it holds no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -160,7 +174,9 @@ impl Buffer {
 /// A tensor value: `data.len() == ty.num_elements()`, row-major.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Value {
+    /// Shape and element type; static (a `?` is bound to its size).
     pub ty: TensorType,
+    /// The elements.
     pub data: Buffer,
 }
 
@@ -193,6 +209,22 @@ impl Value {
         Value { ty: self.ty.with_dtype(dtype), data: elementwise::convert(&self.data, dtype) }
     }
 
+    /// The elements' memory as little-endian bytes, without a copy: what
+    /// [`crate::params::ParamInit::Inline`] takes, so a module can alias a
+    /// value built in memory. Equal to [`Value::to_le_bytes`]; only on
+    /// little-endian hosts, where the two are the same memory.
+    #[cfg(target_endian = "little")]
+    pub fn as_le_bytes(&self) -> &[u8] {
+        // SAFETY: every element type is plain data without padding (f16 and
+        // bf16 are `repr(transparent)` u16s; a bool is one byte, 0 or 1, as
+        // `i1` is stored), so its initialized memory is valid as bytes, and
+        // the slice borrows `self`.
+        each_buffer!(&self.data, v => unsafe {
+            std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v.as_slice()))
+        })
+    }
+
+    /// The elements as little-endian bytes (`i1` as one byte each, 0 or 1).
     pub fn to_le_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.data.len() * self.ty.dtype.size_in_bytes());
         each_buffer!(&self.data, v => v.iter().for_each(|x| x.write_le(&mut out)));
@@ -263,24 +295,84 @@ impl ParamSource for HashMap<String, Value> {
     }
 }
 
+/// Why the interpreter could not run a graph; each names the value, input, param or node.
 #[derive(Debug, Error)]
 pub enum InterpError {
+    /// A value's buffer does not fit its type.
     #[error("{what}: {message}")]
-    BadValue { what: String, message: String },
+    BadValue {
+        /// The value.
+        what: String,
+        /// How it does not fit.
+        message: String,
+    },
+    /// Not as many inputs as the graph takes.
     #[error("the graph takes {expected} inputs, got {got}")]
-    InputCount { expected: usize, got: usize },
+    InputCount {
+        /// The graph's input count.
+        expected: usize,
+        /// The count given.
+        got: usize,
+    },
+    /// An input's dtype or rank differs from the graph's.
     #[error("input {index} (%{name}) must be {expected}, got {got}")]
-    InputType { index: usize, name: String, expected: TensorType, got: TensorType },
+    InputType {
+        /// Which input.
+        index: usize,
+        /// Its node name.
+        name: String,
+        /// The graph's type.
+        expected: TensorType,
+        /// The type given.
+        got: TensorType,
+    },
+    /// An input's `?` dim is a different size from an earlier one's: every `?`
+    /// in a function is one size.
     #[error("input {index} (%{name}) has {got} where the graph has ?, but an earlier input bound ? to {}", .bound.unwrap_or_default())]
-    DynamicSize { index: usize, name: String, got: usize, bound: Option<usize> },
+    DynamicSize {
+        /// Which input.
+        index: usize,
+        /// Its node name.
+        name: String,
+        /// Its size for `?`.
+        got: usize,
+        /// The size an earlier input gave `?`.
+        bound: Option<usize>,
+    },
+    /// A param is not in the [`ParamSource`].
     #[error("param \"{name}\" is missing from the weights")]
-    MissingParam { name: String },
+    MissingParam {
+        /// The param name.
+        name: String,
+    },
+    /// A param's weights have another type than the graph declares.
     #[error("param \"{name}\" is declared as {expected} but the weights hold {found}")]
-    ParamType { name: String, expected: TensorType, found: String },
+    ParamType {
+        /// The param name.
+        name: String,
+        /// The graph's type.
+        expected: TensorType,
+        /// What the weights hold.
+        found: String,
+    },
+    /// A param's weights could not be read.
     #[error("param \"{name}\": {message}")]
-    Param { name: String, message: String },
+    Param {
+        /// The param name.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// An op cannot run on its operands' values.
     #[error("node %{node} ({op}): {message}")]
-    Op { node: String, op: &'static str, message: String },
+    Op {
+        /// The node's name.
+        node: String,
+        /// Its op.
+        op: &'static str,
+        /// Why.
+        message: String,
+    },
 }
 
 /// Evaluates `graph` on `inputs` (in the order of `graph.inputs()`), reading
@@ -685,6 +777,19 @@ pub(crate) mod tests {
     /// A value of type `ty` (graph-text spelling) holding `data`.
     pub(crate) fn val(ty: &str, data: impl Into<Buffer>) -> Value {
         Value::new(ty.parse().unwrap(), data.into()).unwrap()
+    }
+
+    #[test]
+    fn as_le_bytes_aliases_the_elements() {
+        for v in [
+            val("tensor<2xf32>", vec![1.5f32, -2.0]),
+            val("tensor<3xbf16>", vec![bf16::from_f32(1.0), bf16::MIN, bf16::NAN]),
+            val("tensor<2xi64>", vec![-1i64, 1 << 40]),
+            val("tensor<3xi1>", vec![true, false, true]),
+            val("tensor<0xui16>", Vec::<u16>::new()),
+        ] {
+            assert_eq!(v.as_le_bytes(), v.to_le_bytes(), "{}", v.ty);
+        }
     }
 
     #[test]

@@ -86,7 +86,9 @@ impl Encoding {
 pub struct DerivedParam<'a> {
     /// The entry's name: the key of `#flow.parameter.named<"scope"::"key">`.
     pub name: &'a str,
+    /// The bytes as the checkpoint stores them.
     pub source: &'a [u8],
+    /// How `source` is encoded: a ggml type or a dense dtype.
     pub encoding: Encoding,
     /// f32, f16 or bf16; or the source's own dense dtype, which copies it.
     pub target: DType,

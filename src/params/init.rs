@@ -23,7 +23,12 @@ use std::collections::HashMap;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParamInit<'a> {
     /// `#flow.parameter.named<"scope"::"key">`.
-    Named { scope: String, key: String },
+    Named {
+        /// The scope `--parameters=SCOPE=FILE` binds.
+        scope: String,
+        /// The tensor's name in that file.
+        key: String,
+    },
     /// The param's bytes as stored in its global: little-endian, row-major,
     /// unsigned integers as the same bytes (the global is signless), `i1` as
     /// one byte per element.
@@ -41,6 +46,7 @@ pub struct ParamInits<'a> {
 }
 
 impl<'a> ParamInits<'a> {
+    /// No entries: every param named in the lowering's scope.
     pub fn new() -> Self {
         Self::default()
     }
@@ -63,14 +69,17 @@ impl<'a> ParamInits<'a> {
         self
     }
 
+    /// The initial value set for `param`, if any.
     pub fn get(&self, param: &str) -> Option<&ParamInit<'a>> {
         self.by_param.get(param)
     }
 
+    /// How many params have an initial value set.
     pub fn len(&self) -> usize {
         self.by_param.len()
     }
 
+    /// Whether no param has one.
     pub fn is_empty(&self) -> bool {
         self.by_param.is_empty()
     }

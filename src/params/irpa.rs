@@ -50,13 +50,26 @@ const BUFFER_CAPACITY: usize = 1 << 20;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EntrySpec {
     /// `length` bytes that `fill` streams into the storage segment.
-    Data { name: String, length: u64 },
+    Data {
+        /// The parameter's name.
+        name: String,
+        /// Its size in bytes.
+        length: u64,
+    },
     /// `count` repetitions of a little-endian `pattern` of 1, 2, 4, 8 or 16
     /// bytes; nothing is stored but the pattern.
-    Splat { name: String, pattern: Vec<u8>, count: u64 },
+    Splat {
+        /// The parameter's name.
+        name: String,
+        /// The repeated bytes.
+        pattern: Vec<u8>,
+        /// How many times.
+        count: u64,
+    },
 }
 
 impl EntrySpec {
+    /// The entry's parameter name.
     pub fn name(&self) -> &str {
         match self {
             EntrySpec::Data { name, .. } | EntrySpec::Splat { name, .. } => name,
@@ -67,7 +80,9 @@ impl EntrySpec {
 /// `length` bytes at `offset`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Range {
+    /// Start.
     pub offset: u64,
+    /// Length in bytes.
     pub length: u64,
 }
 
@@ -91,16 +106,24 @@ pub struct EntryLayout {
 /// The complete placement of an archive; segment offsets are from the header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
+    /// The entry records.
     pub entry_segment: Range,
+    /// The names and metadata.
     pub metadata_segment: Range,
+    /// The data of data entries.
     pub storage_segment: Range,
+    /// Each entry's placement, in declaration order.
     pub entries: Vec<EntryLayout>,
+    /// The size of the whole file.
     pub file_size: u64,
 }
 
+/// What [`write_archive`] wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArchiveSummary {
+    /// The archive's size.
     pub bytes_written: u64,
+    /// How many entries it holds.
     pub entries: usize,
 }
 
@@ -301,14 +324,27 @@ pub fn write_archive(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EntryKind<'a> {
     /// `length` bytes at `offset` from the start of the file.
-    Data { offset: u64, length: u64 },
+    Data {
+        /// Start, from the start of the file.
+        offset: u64,
+        /// Length in bytes.
+        length: u64,
+    },
     /// `count` repetitions of a little-endian `pattern`.
-    Splat { pattern: &'a [u8], count: u64 },
+    Splat {
+        /// The repeated bytes.
+        pattern: &'a [u8],
+        /// How many times.
+        count: u64,
+    },
 }
 
+/// One entry of an open [`IrpaArchive`], borrowing its mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry<'a> {
+    /// The parameter's name.
     pub name: &'a str,
+    /// What it holds; [`IrpaArchive::data`] gives a data entry's bytes.
     pub kind: EntryKind<'a>,
     /// Opaque per-entry metadata; empty if none.
     pub metadata: &'a [u8],
@@ -359,6 +395,8 @@ fn to_usize(v: u64) -> usize {
 }
 
 impl IrpaArchive {
+    /// Maps `path` and validates every entry (bounds, UTF-8 names, unique names)
+    /// before returning.
     pub fn open(path: &Path) -> Result<IrpaArchive, ParamsError> {
         let io_err = |op: &'static str| move |source| ParamsError::Io { path: path.to_path_buf(), op, source };
         let file = File::open(path).map_err(io_err("open"))?;
@@ -385,14 +423,17 @@ impl IrpaArchive {
         Ok(parse(path, bytes)?.0.len())
     }
 
+    /// The archive's file.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// Number of entries (skip entries left out).
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
+    /// Whether it has no entries.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -402,6 +443,7 @@ impl IrpaArchive {
         self.entries.iter().map(|e| self.view(e))
     }
 
+    /// The entry called `name`.
     pub fn get(&self, name: &str) -> Option<Entry<'_>> {
         let i = self.by_name.binary_search_by(|&i| self.name_bytes(&self.entries[i]).cmp(name.as_bytes())).ok()?;
         Some(self.view(&self.entries[self.by_name[i]]))

@@ -36,6 +36,7 @@ pub struct Globals {
 }
 
 impl Globals {
+    /// The global that holds `param`, if the module has one.
     pub fn symbol(&self, param: &str) -> Option<&str> {
         self.symbols.get(param).map(String::as_str)
     }

@@ -23,15 +23,26 @@ use thiserror::Error;
 pub mod dequant;
 pub mod nn;
 
+/// Why an op could not be traced.
 #[derive(Debug, Error)]
 pub enum TraceError {
+    /// An op's shape rule rejected its operands (names the op, rule and shapes).
     #[error(transparent)]
     Graph(#[from] GraphError),
+    /// A tensor from another [`Tracer`] was passed to an op.
     #[error("tensors from two different tracers were combined in {op}")]
-    ForeignTensor { op: &'static str },
+    ForeignTensor {
+        /// The op.
+        op: &'static str,
+    },
     /// A composite op ([`nn`]) was given arguments it cannot take.
     #[error("{op}: {message}")]
-    Op { op: &'static str, message: String },
+    Op {
+        /// The composite op.
+        op: &'static str,
+        /// What is wrong with its arguments.
+        message: String,
+    },
 }
 
 /// Records ops into a [`Graph`].
@@ -44,11 +55,14 @@ pub struct Tracer {
 #[derive(Clone, Debug)]
 pub struct Tensor<'t> {
     tracer: &'t Tracer,
+    /// The node this value is in the tracer's graph.
     pub id: ValueId,
+    /// Its type, from the op's shape rule.
     pub ty: TensorType,
 }
 
 impl Tracer {
+    /// An empty function called `name` (`main`, `prefill`).
     pub fn new(name: &str) -> Self {
         Tracer { graph: RefCell::new(Graph::new(name)) }
     }
@@ -85,10 +99,12 @@ impl Tracer {
         self.push("", Op::Constant { value }, &[], Some(ty))
     }
 
+    /// Indices along `iota_dimension`, of type `ty`: `iota(1, [2, 3])` is `[[0, 1, 2], [0, 1, 2]]`.
     pub fn iota(&self, iota_dimension: usize, ty: TensorType) -> Result<Tensor<'_>, TraceError> {
         self.push("", Op::Iota { iota_dimension }, &[], Some(ty))
     }
 
+    /// Joins `inputs` (same dtype, sizes equal off `dimension`) along `dimension`.
     pub fn concatenate(&self, inputs: &[&Tensor<'_>], dimension: usize) -> Result<Tensor<'_>, TraceError> {
         self.push("", Op::Concatenate { dimension }, inputs, None)
     }
@@ -122,45 +138,59 @@ impl<'t> Tensor<'t> {
         self.tracer.push("", Op::Binary(op), &[self, rhs], None)
     }
 
+    /// `self + rhs`, element-wise; operands of one type (broadcast explicitly).
     pub fn add(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.binary(BinaryOp::Add, rhs)
     }
+    /// `self - rhs`, element-wise.
     pub fn subtract(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.binary(BinaryOp::Subtract, rhs)
     }
+    /// `self · rhs`, element-wise.
     pub fn multiply(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.binary(BinaryOp::Multiply, rhs)
     }
+    /// `self / rhs`, element-wise.
     pub fn divide(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.binary(BinaryOp::Divide, rhs)
     }
+    /// The element-wise maximum; NaN propagates.
     pub fn maximum(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.binary(BinaryOp::Maximum, rhs)
     }
+    /// The element-wise minimum; NaN propagates.
     pub fn minimum(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.binary(BinaryOp::Minimum, rhs)
     }
+    /// `-self`.
     pub fn negate(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Negate)
     }
+    /// `eˣ`.
     pub fn exp(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Exponential)
     }
+    /// The natural logarithm.
     pub fn log(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Log)
     }
+    /// `√x`.
     pub fn sqrt(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Sqrt)
     }
+    /// `1/√x`.
     pub fn rsqrt(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Rsqrt)
     }
+    /// The hyperbolic tangent.
     pub fn tanh(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Tanh)
     }
+    /// The sigmoid `1/(1 + e⁻ˣ)`.
     pub fn logistic(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Logistic)
     }
+    /// `|x|`.
     pub fn abs(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Abs)
     }
@@ -168,6 +198,7 @@ impl<'t> Tensor<'t> {
     pub fn sign(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Sign)
     }
+    /// Rounds toward -∞.
     pub fn floor(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Floor)
     }
@@ -175,9 +206,11 @@ impl<'t> Tensor<'t> {
     pub fn round_nearest_even(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::RoundNearestEven)
     }
+    /// Cosine.
     pub fn cosine(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Cosine)
     }
+    /// Sine.
     pub fn sine(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Sine)
     }
@@ -185,6 +218,7 @@ impl<'t> Tensor<'t> {
     pub fn erf(&self) -> Result<Tensor<'t>, TraceError> {
         self.unary(UnaryOp::Erf)
     }
+    /// `self` raised to `rhs`, element-wise.
     pub fn power(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.binary(BinaryOp::Power, rhs)
     }
@@ -193,15 +227,19 @@ impl<'t> Tensor<'t> {
         self.tracer.push("", Op::Bitwise(op), &[self, rhs], None)
     }
 
+    /// Bitwise and on integers, logical and on `i1`.
     pub fn and(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.bitwise(BitwiseOp::And, rhs)
     }
+    /// Bitwise or on integers, logical or on `i1`.
     pub fn or(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.bitwise(BitwiseOp::Or, rhs)
     }
+    /// Bitwise xor on integers, logical xor on `i1`.
     pub fn xor(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.bitwise(BitwiseOp::Xor, rhs)
     }
+    /// Bitwise not on integers, logical not on `i1`.
     pub fn not(&self) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::Not, &[self], None)
     }
@@ -226,14 +264,17 @@ impl<'t> Tensor<'t> {
         self.tracer.push("", Op::BitcastConvert, &[self], Some(TensorType::new(shape, dtype)))
     }
 
+    /// Each element converted to `dtype` (floats to integers truncate toward zero).
     pub fn convert(&self, dtype: DType) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::Convert, &[self], Some(self.ty.with_dtype(dtype)))
     }
 
+    /// `self` clamped into `[min, max]`; `min` and `max` are scalars or of `self`'s shape.
     pub fn clamp(&self, min: &Tensor<'_>, max: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::Clamp, &[min, self, max], None)
     }
 
+    /// The `i1` result of `self <direction> rhs`, element-wise.
     pub fn compare(&self, direction: ComparisonDirection, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::Compare(direction), &[self, rhs], None)
     }
@@ -243,19 +284,24 @@ impl<'t> Tensor<'t> {
         self.tracer.push("", Op::Select, &[self, on_true, on_false], None)
     }
 
+    /// The same elements, row-major, in `shape`.
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::Reshape, &[self], Some(TensorType::new(shape, self.ty.dtype)))
     }
 
+    /// Dims reordered: result dim `i` is `self`'s dim `permutation[i]`.
     pub fn transpose(&self, permutation: &[usize]) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::Transpose { permutation: permutation.to_vec() }, &[self], None)
     }
 
+    /// `self` broadcast to `shape`; its dim `i` becomes the result's dim
+    /// `broadcast_dimensions[i]` (of the same size, or 1).
     pub fn broadcast_in_dim(&self, shape: &[usize], broadcast_dimensions: &[usize]) -> Result<Tensor<'t>, TraceError> {
         let op = Op::BroadcastInDim { broadcast_dimensions: broadcast_dimensions.to_vec() };
         self.tracer.push("", op, &[self], Some(TensorType::new(shape, self.ty.dtype)))
     }
 
+    /// The strided window `start_indices..limit_indices` by `strides`, per dim.
     pub fn slice(
         &self,
         start_indices: &[usize],
@@ -309,6 +355,7 @@ impl<'t> Tensor<'t> {
         self.tracer.push("", op, &[self, padding_value], None)
     }
 
+    /// A general contraction (see [`DotDimensions`]); [`Tensor::linear`] covers the usual case.
     pub fn dot_general(&self, rhs: &Tensor<'_>, dims: DotDimensions) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::DotGeneral(dims), &[self, rhs], None)
     }
@@ -325,6 +372,7 @@ impl<'t> Tensor<'t> {
         self.tracer.push("", Op::Gather, &[self, indices], None)
     }
 
+    /// Reduces `dimensions` away with `kind`.
     pub fn reduce(&self, kind: ReduceKind, dimensions: &[usize]) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::Reduce { kind, dimensions: dimensions.to_vec() }, &[self], None)
     }

@@ -241,7 +241,9 @@ impl<'t> Tensor<'t> {
 /// from 0) or a graph value, a `tensor<i32>` or `tensor<1xi32>` (decode).
 #[derive(Clone, Copy, Debug)]
 pub enum QueryOffset<'a, 't> {
+    /// A position known while tracing.
     Static(usize),
+    /// A position given at run time.
     Dynamic(&'a Tensor<'t>),
 }
 
@@ -339,18 +341,26 @@ pub enum RopeStyle {
 /// How rotary frequencies are stretched for longer contexts.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum RopeScaling {
+    /// The frequencies as they are.
     None,
     /// Positions divided by `factor` (HF `rope_type = "linear"`, llama.cpp
     /// `freq_scale = 1 / factor`).
     Linear {
+        /// The divisor of every position.
         factor: f64,
     },
     /// Llama 3.1: keep high frequencies, divide low ones by `factor`, blend
     /// between (HF `_compute_llama3_parameters`).
     Llama3 {
+        /// The divisor of the low frequencies.
         factor: f64,
+        /// Wavelengths above `original_max_position_embeddings / low_freq_factor`
+        /// are fully scaled.
         low_freq_factor: f64,
+        /// Wavelengths below `original_max_position_embeddings / high_freq_factor`
+        /// are kept.
         high_freq_factor: f64,
+        /// The context length the model was trained at.
         original_max_position_embeddings: usize,
     },
 }
@@ -358,10 +368,13 @@ pub enum RopeScaling {
 /// Rotary position embedding settings for heads of `head_dim` features.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Rope {
+    /// Features per head; even.
     pub head_dim: usize,
     /// `θ` base: 10000 for Llama 2, 500000 for Llama 3.
     pub freq_base: f64,
+    /// Which features are paired.
     pub style: RopeStyle,
+    /// How frequencies are stretched.
     pub scaling: RopeScaling,
 }
 
@@ -369,16 +382,21 @@ pub struct Rope {
 /// compute once per forward pass, apply to q and k of every layer.
 #[derive(Clone, Debug)]
 pub struct Rotation<'t> {
+    /// `cos` of the angles.
     pub cos: Tensor<'t>,
+    /// `sin` of the angles.
     pub sin: Tensor<'t>,
+    /// How [`Rotation::apply`] pairs features.
     pub style: RopeStyle,
 }
 
 impl Rope {
+    /// Unscaled rotary embeddings with base `freq_base`.
     pub fn new(head_dim: usize, freq_base: f64, style: RopeStyle) -> Rope {
         Rope { head_dim, freq_base, style, scaling: RopeScaling::None }
     }
 
+    /// The same settings with `scaling`.
     pub fn with_scaling(self, scaling: RopeScaling) -> Rope {
         Rope { scaling, ..self }
     }

@@ -5,30 +5,53 @@
 
 use std::fmt;
 
+/// A ggml tensor type: a plain element type or a block quantization.
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GgmlType {
+    /// 32-bit float.
     F32,
+    /// 16-bit float.
     F16,
+    /// 4-bit, blocks of 32 with an f16 scale.
     Q4_0,
+    /// 4-bit, blocks of 32 with an f16 scale and minimum.
     Q4_1,
+    /// 5-bit, blocks of 32 with an f16 scale.
     Q5_0,
+    /// 5-bit, blocks of 32 with an f16 scale and minimum.
     Q5_1,
+    /// 8-bit, blocks of 32 with an f16 scale.
     Q8_0,
+    /// 8-bit, blocks of 32 with an f16 scale and the block's scaled sum.
     Q8_1,
+    /// 2-bit K-quant: super-blocks of 256, 4-bit sub-block scales and minimums.
     Q2_K,
+    /// 3-bit K-quant: super-blocks of 256, 6-bit sub-block scales.
     Q3_K,
+    /// 4-bit K-quant: super-blocks of 256, 6-bit sub-block scales and minimums.
     Q4_K,
+    /// 5-bit K-quant: super-blocks of 256, 6-bit sub-block scales and minimums.
     Q5_K,
+    /// 6-bit K-quant: super-blocks of 256, 8-bit sub-block scales.
     Q6_K,
+    /// 8-bit K-quant: super-blocks of 256 with an f32 scale and sums of 16.
     Q8_K,
+    /// 4-bit indices into a fixed non-linear table, blocks of 32 with an f16 scale.
     IQ4_NL,
+    /// IQ4_NL's table in super-blocks of 256 with 6-bit sub-block scales.
     IQ4_XS,
+    /// 8-bit integer.
     I8,
+    /// 16-bit integer.
     I16,
+    /// 32-bit integer.
     I32,
+    /// 64-bit integer.
     I64,
+    /// 64-bit float.
     F64,
+    /// bfloat16.
     BF16,
 }
 
@@ -62,6 +85,7 @@ const TABLE: [(GgmlType, u32, &str, usize, usize); 22] = [
 ];
 
 impl GgmlType {
+    /// Every type kiln knows, in ggml id order.
     pub const ALL: [GgmlType; 22] = {
         let mut all = [GgmlType::F32; 22];
         let mut i = 0;
@@ -82,10 +106,12 @@ impl GgmlType {
         TABLE.iter().find(|r| r.1 == id).map(|r| r.0)
     }
 
+    /// The id `ggml.h` gives the type, as GGUF stores it.
     pub fn id(self) -> u32 {
         self.row().1
     }
 
+    /// ggml's name: `Q4_K`, `F16`.
     pub fn name(self) -> &'static str {
         self.row().2
     }
@@ -100,6 +126,7 @@ impl GgmlType {
         self.row().4
     }
 
+    /// Whether the type packs blocks of several elements.
     pub fn is_quantized(self) -> bool {
         self.block_size() > 1
     }

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 /// Alignment of the data section and of every tensor when the file does not
 /// set `general.alignment`.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// The key that sets the alignment.
 pub const ALIGNMENT_KEY: &str = "general.alignment";
 /// `GGML_MAX_DIMS`.
 pub const MAX_DIMS: usize = 4;
@@ -38,22 +39,36 @@ const MAX_PREALLOC: usize = 4096;
 /// A metadata value's type, with the ids of `gguf_type` in ggml's `gguf.h`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ValueType {
+    /// `u8`.
     U8 = 0,
+    /// `i8`.
     I8 = 1,
+    /// `u16`.
     U16 = 2,
+    /// `i16`.
     I16 = 3,
+    /// `u32`.
     U32 = 4,
+    /// `i32`.
     I32 = 5,
+    /// `f32`.
     F32 = 6,
+    /// A boolean, one byte.
     Bool = 7,
+    /// A UTF-8 string with a u64 length.
     String = 8,
+    /// An array of one element type with a u64 count.
     Array = 9,
+    /// `u64`.
     U64 = 10,
+    /// `i64`.
     I64 = 11,
+    /// `f64`.
     F64 = 12,
 }
 
 impl ValueType {
+    /// The type of a `gguf_type` id; `None` for an unknown id.
     pub fn from_id(id: u32) -> Option<ValueType> {
         use ValueType::*;
         Some(match id {
@@ -74,6 +89,7 @@ impl ValueType {
         })
     }
 
+    /// The `gguf_type` id.
     pub fn id(self) -> u32 {
         self as u32
     }
@@ -130,22 +146,36 @@ impl fmt::Display for ValueType {
 /// One metadata value; strings and arrays borrow the file's bytes.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MetadataValue<'a> {
+    /// `u8`.
     U8(u8),
+    /// `i8`.
     I8(i8),
+    /// `u16`.
     U16(u16),
+    /// `i16`.
     I16(i16),
+    /// `u32`.
     U32(u32),
+    /// `i32`.
     I32(i32),
+    /// `u64`.
     U64(u64),
+    /// `i64`.
     I64(i64),
+    /// `f32`.
     F32(f32),
+    /// `f64`.
     F64(f64),
+    /// A boolean.
     Bool(bool),
+    /// A string.
     String(&'a str),
+    /// An array.
     Array(MetadataArray<'a>),
 }
 
 impl<'a> MetadataValue<'a> {
+    /// The value's type; an array's, whatever its elements.
     pub fn value_type(&self) -> ValueType {
         use MetadataValue as V;
         match self {
@@ -201,6 +231,7 @@ impl<'a> MetadataValue<'a> {
         }
     }
 
+    /// A boolean value.
     pub fn as_bool(&self) -> Option<bool> {
         match *self {
             MetadataValue::Bool(v) => Some(v),
@@ -208,6 +239,7 @@ impl<'a> MetadataValue<'a> {
         }
     }
 
+    /// A string value.
     pub fn as_str(&self) -> Option<&'a str> {
         match *self {
             MetadataValue::String(s) => Some(s),
@@ -215,6 +247,7 @@ impl<'a> MetadataValue<'a> {
         }
     }
 
+    /// An array value.
     pub fn as_array(&self) -> Option<MetadataArray<'a>> {
         match *self {
             MetadataValue::Array(a) => Some(a),
@@ -243,18 +276,22 @@ pub struct MetadataArray<'a> {
 }
 
 impl<'a> MetadataArray<'a> {
+    /// The type of every element.
     pub fn elem_type(&self) -> ValueType {
         self.elem
     }
 
+    /// Number of elements.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether it has no elements.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The elements, decoded as they are read.
     pub fn iter(&self) -> MetadataIter<'a> {
         MetadataIter { elem: self.elem, left: self.len, cursor: Cursor { data: self.bytes, pos: 0 } }
     }
@@ -303,7 +340,9 @@ impl ExactSizeIterator for MetadataIter<'_> {}
 /// One tensor of a parsed file; `data` borrows the file's bytes.
 #[derive(Clone, Copy, Debug)]
 pub struct GgufTensor<'a> {
+    /// The tensor's name.
     pub name: &'a str,
+    /// How its elements are stored.
     pub ggml_type: GgmlType,
     /// As stored: fastest-varying first, so `dims[0]` is the row length
     /// (ggml's `ne`). [`GgufTensor::shape`] is the row-major shape.
@@ -311,6 +350,7 @@ pub struct GgufTensor<'a> {
     /// Where `data` starts in the file (what an IREE parameter reference to
     /// the GGUF itself points at).
     pub offset_in_file: u64,
+    /// The tensor's bytes in the file (mapped, not copied).
     pub data: &'a [u8],
 }
 
@@ -321,6 +361,7 @@ impl GgufTensor<'_> {
         self.dims.iter().rev().map(|&d| usize::try_from(d).expect("dims were checked to fit usize")).collect()
     }
 
+    /// Number of elements: the product of `dims`.
     pub fn n_elements(&self) -> u64 {
         self.dims.iter().product()
     }
@@ -379,6 +420,7 @@ pub struct Gguf<D = Mmap> {
 }
 
 impl Gguf<Mmap> {
+    /// Maps `path` and parses and validates its header, metadata and tensor table.
     pub fn open(path: &Path) -> Result<Gguf<Mmap>, WeightsError> {
         let io = |error| WeightsError::Io { path: path.to_path_buf(), error };
         let file = File::open(path).map_err(io)?;
@@ -566,10 +608,12 @@ impl<D: AsRef<[u8]>> Gguf<D> {
         self.data.as_ref()
     }
 
+    /// The file (`<memory>` for [`Gguf::parse`]).
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The GGUF version: 2 or 3.
     pub fn version(&self) -> u32 {
         self.version
     }
@@ -589,6 +633,7 @@ impl<D: AsRef<[u8]>> Gguf<D> {
         self.metadata.iter().map(|(k, v)| (str_at(self.bytes(), k), v.view(self.bytes())))
     }
 
+    /// The value of `key`.
     pub fn get(&self, key: &str) -> Option<MetadataValue<'_>> {
         self.by_key.get(key).map(|&i| self.metadata[i].1.view(self.bytes()))
     }
@@ -603,10 +648,12 @@ impl<D: AsRef<[u8]>> Gguf<D> {
         self.get_as(key, "a number", |v| v.as_f64())
     }
 
+    /// A string value; an error names the key and what it holds instead.
     pub fn get_str(&self, key: &str) -> Result<&str, WeightsError> {
         self.get_as(key, "a STRING", |v| v.as_str())
     }
 
+    /// An array value; an error names the key and what it holds instead.
     pub fn get_array(&self, key: &str) -> Result<MetadataArray<'_>, WeightsError> {
         self.get_as(key, "an ARRAY", |v| v.as_array())
     }
@@ -641,6 +688,7 @@ impl<D: AsRef<[u8]>> Gguf<D> {
         self.tensors.iter().map(|t| self.view(t))
     }
 
+    /// The tensor called `name`.
     pub fn tensor(&self, name: &str) -> Option<GgufTensor<'_>> {
         self.by_name.get(name).map(|&i| self.view(&self.tensors[i]))
     }

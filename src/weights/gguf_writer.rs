@@ -37,17 +37,29 @@ const SEEDED_CHUNK: usize = 1 << 20;
 /// the file; `Value::from` copies one, to carry metadata over to a new file).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// `u8`.
     U8(u8),
+    /// `i8`.
     I8(i8),
+    /// `u16`.
     U16(u16),
+    /// `i16`.
     I16(i16),
+    /// `u32`.
     U32(u32),
+    /// `i32`.
     I32(i32),
+    /// `u64`.
     U64(u64),
+    /// `i64`.
     I64(i64),
+    /// `f32`.
     F32(f32),
+    /// `f64`.
     F64(f64),
+    /// A boolean.
     Bool(bool),
+    /// A string.
     String(String),
     /// Elements all of the given type; nested arrays have element type
     /// [`ValueType::Array`] and may differ in their own element types, as
@@ -56,6 +68,7 @@ pub enum Value {
 }
 
 impl Value {
+    /// The GGUF type it is written as.
     pub fn value_type(&self) -> ValueType {
         match self {
             Value::U8(_) => ValueType::U8,
@@ -180,15 +193,18 @@ impl From<MetadataValue<'_>> for Value {
 /// A tensor declared for writing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorSpec {
+    /// The tensor's name; at most [`MAX_NAME`] bytes.
     pub name: String,
     /// Row-major, slowest-varying first (the file stores it reversed).
     pub shape: Vec<usize>,
+    /// How its elements are stored.
     pub ggml_type: GgmlType,
     /// Bytes of data: whole blocks of `ggml_type`.
     pub byte_len: u64,
 }
 
 impl TensorSpec {
+    /// Number of elements: the product of `shape`.
     pub fn n_elements(&self) -> u64 {
         self.shape.iter().map(|&d| d as u64).product()
     }
@@ -221,10 +237,12 @@ pub enum TensorData<'a> {
     Seeded(u64),
 }
 
+/// What a write produced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteSummary {
     /// The file's apparent size.
     pub file_size: u64,
+    /// How many tensors it holds.
     pub tensors: usize,
     /// Elements of all tensors.
     pub elements: u64,
@@ -255,6 +273,7 @@ impl GgufWriter {
         }
     }
 
+    /// The file the writer writes.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -325,10 +344,12 @@ impl GgufWriter {
         Ok(self)
     }
 
+    /// The declared tensors, in file order.
     pub fn tensors(&self) -> &[TensorSpec] {
         &self.tensors
     }
 
+    /// The alignment of the data section and of each tensor (32 unless set).
     pub fn alignment(&self) -> u64 {
         self.alignment
     }

@@ -14,10 +14,30 @@ use thiserror::Error;
 /// Every error names the file; tensor-level ones also name the tensor.
 #[derive(Debug, Error)]
 pub enum WeightsError {
+    /// The file could not be opened, mapped or read.
     #[error("{}: {error}", path.display())]
-    Io { path: PathBuf, error: std::io::Error },
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        error: std::io::Error,
+    },
+    /// The file is malformed or not the format expected.
     #[error("{}: {message}", path.display())]
-    Format { path: PathBuf, message: String },
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and where.
+        message: String,
+    },
+    /// One tensor is malformed or missing.
     #[error("{}: tensor \"{tensor}\": {message}", path.display())]
-    Tensor { path: PathBuf, tensor: String, message: String },
+    Tensor {
+        /// The file.
+        path: PathBuf,
+        /// The tensor's name.
+        tensor: String,
+        /// What is wrong.
+        message: String,
+    },
 }

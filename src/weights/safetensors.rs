@@ -25,33 +25,54 @@ use std::str::FromStr;
 #[allow(non_camel_case_types)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StDType {
+    /// Booleans, one byte each.
     BOOL,
     /// OCP MX FP4 (E2M1), two per byte.
     F4,
     /// OCP MX FP6, four per three bytes.
     F6_E2M3,
+    /// OCP MX FP6 (E3M2), four per three bytes.
     F6_E3M2,
+    /// `u8`.
     U8,
+    /// `i8`.
     I8,
+    /// 8-bit float, 5 exponent and 2 mantissa bits.
     F8_E5M2,
+    /// 8-bit float, 4 exponent and 3 mantissa bits.
     F8_E4M3,
+    /// OCP MX scale: an 8-bit power of two.
     F8_E8M0,
+    /// E4M3 with negative zero as NaN and its exponent bias shifted by one.
     F8_E4M3FNUZ,
+    /// E5M2 with negative zero as NaN and its exponent bias shifted by one.
     F8_E5M2FNUZ,
+    /// `i16`.
     I16,
+    /// `u16`.
     U16,
+    /// 16-bit IEEE float.
     F16,
+    /// bfloat16.
     BF16,
+    /// `i32`.
     I32,
+    /// `u32`.
     U32,
+    /// 32-bit IEEE float.
     F32,
+    /// A complex number of two f32s.
     C64,
+    /// 64-bit IEEE float.
     F64,
+    /// `i64`.
     I64,
+    /// `u64`.
     U64,
 }
 
 impl StDType {
+    /// Every dtype, in the order the safetensors spec lists them.
     pub const ALL: [StDType; 22] = [
         StDType::BOOL,
         StDType::F4,
@@ -77,6 +98,7 @@ impl StDType {
         StDType::U64,
     ];
 
+    /// The header's spelling: `F32`, `BF16`.
     pub fn name(self) -> &'static str {
         match self {
             StDType::BOOL => "BOOL",
@@ -104,6 +126,7 @@ impl StDType {
         }
     }
 
+    /// Bits per element (4 and 6 for the packed MX floats).
     pub fn size_in_bits(self) -> usize {
         match self {
             StDType::F4 => 4,
@@ -190,9 +213,13 @@ impl FromStr for StDType {
 /// One tensor of an open file; `data` borrows the memory map.
 #[derive(Clone, Copy, Debug)]
 pub struct TensorView<'a> {
+    /// The tensor's name.
     pub name: &'a str,
+    /// Its element type.
     pub dtype: StDType,
+    /// Row-major, slowest dim first.
     pub shape: &'a [usize],
+    /// The tensor's bytes (mapped, not copied).
     pub data: &'a [u8],
     /// Where `data` starts in the file.
     pub offset: u64,
@@ -291,6 +318,8 @@ fn parse(path: &Path, map: &[u8]) -> Result<(usize, Vec<Entry>, BTreeMap<String,
 }
 
 impl SafeTensors {
+    /// Maps `path` and validates its header: every tensor in bounds, the data
+    /// section covered exactly.
     pub fn open(path: &Path) -> Result<SafeTensors, WeightsError> {
         let io = |error| WeightsError::Io { path: path.to_path_buf(), error };
         let file = File::open(path).map_err(io)?;
@@ -309,6 +338,7 @@ impl SafeTensors {
         Ok(parse(Path::new("<memory>"), bytes)?.1.len())
     }
 
+    /// The file.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -318,6 +348,7 @@ impl SafeTensors {
         self.entries.iter().map(|e| self.view(e))
     }
 
+    /// The tensor called `name`.
     pub fn get(&self, name: &str) -> Option<TensorView<'_>> {
         self.by_name.get(name).map(|&i| self.view(&self.entries[i]))
     }
@@ -528,6 +559,7 @@ impl ShardedSafeTensors {
         Ok(ShardedSafeTensors { shards, weight_map })
     }
 
+    /// The shard files, sorted by file name.
     pub fn shards(&self) -> &[SafeTensors] {
         &self.shards
     }
@@ -537,6 +569,7 @@ impl ShardedSafeTensors {
         self.weight_map.iter().filter_map(|(name, &i)| self.shards[i].get(name))
     }
 
+    /// The tensor called `name`, from whichever shard holds it.
     pub fn get(&self, name: &str) -> Option<TensorView<'_>> {
         self.weight_map.get(name).and_then(|&i| self.shards[i].get(name))
     }

@@ -25,6 +25,7 @@ const FTYPE_MOSTLY_Q4_K_M: u32 = 15;
 /// `GGML_QNT_VERSION`, for `general.quantization_version`.
 const QNT_VERSION: u32 = 2;
 
+/// The llama.cpp architecture a synthetic model imitates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
     /// `llm_build_llama`: pre-norm blocks, SwiGLU, GQA.
@@ -47,18 +48,29 @@ impl Arch {
 /// The shape of a synthetic model, in llama.cpp's hyper-parameter terms.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SynthConfig {
+    /// The architecture.
     pub arch: Arch,
     /// `general.name`
     pub name: String,
+    /// Number of decoder blocks.
     pub block_count: usize,
+    /// Width of the residual stream.
     pub embedding_length: usize,
+    /// Width of the feed-forward layer.
     pub feed_forward_length: usize,
+    /// Query heads per block.
     pub head_count: usize,
+    /// Key/value heads per block.
     pub head_count_kv: usize,
+    /// Features per head.
     pub head_dim: usize,
+    /// Number of tokens.
     pub vocab_size: usize,
+    /// The context length the model claims.
     pub context_length: usize,
+    /// Rotary base frequency.
     pub rope_freq_base: f32,
+    /// The RMS norms' epsilon.
     pub rms_norm_eps: f32,
     /// Gemma 3's local-attention window.
     pub sliding_window: Option<usize>,
@@ -82,8 +94,10 @@ pub enum Preset {
 }
 
 impl Preset {
+    /// Every preset.
     pub const ALL: [Preset; 3] = [Preset::Llama3_8b, Preset::Gemma3_4_5b, Preset::Llama1b];
 
+    /// The preset's command-line name: `llama3-8b`.
     pub fn name(self) -> &'static str {
         match self {
             Preset::Llama3_8b => "llama3-8b",
@@ -92,6 +106,7 @@ impl Preset {
         }
     }
 
+    /// The preset's hyper-parameters.
     pub fn config(self) -> SynthConfig {
         let name = format!("kiln synthetic {}", self.name());
         match self {

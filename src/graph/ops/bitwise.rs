@@ -5,17 +5,25 @@
 use super::elementwise::same_type;
 use crate::graph::{DType, ShapeError, TensorType};
 
+/// A bitwise op of two operands of one type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BitwiseOp {
+    /// Bitwise and (logical and on `i1`).
     And,
+    /// Bitwise or (logical or on `i1`).
     Or,
+    /// Bitwise xor (logical xor on `i1`).
     Xor,
+    /// `lhs << rhs`; 0 once `rhs` reaches the bit width.
     ShiftLeft,
+    /// `lhs >> rhs`, filling with zeros.
     ShiftRightLogical,
+    /// `lhs >> rhs`, filling with the sign bit.
     ShiftRightArithmetic,
 }
 
 impl BitwiseOp {
+    /// Every op, in graph-text order.
     pub const ALL: [BitwiseOp; 6] = [
         BitwiseOp::And,
         BitwiseOp::Or,
@@ -25,6 +33,7 @@ impl BitwiseOp {
         BitwiseOp::ShiftRightArithmetic,
     ];
 
+    /// The op's name in graph text and StableHLO.
     pub fn name(self) -> &'static str {
         match self {
             BitwiseOp::And => "and",
@@ -36,6 +45,7 @@ impl BitwiseOp {
         }
     }
 
+    /// Whether this is one of the three shifts (integers only).
     pub fn is_shift(self) -> bool {
         matches!(self, BitwiseOp::ShiftLeft | BitwiseOp::ShiftRightLogical | BitwiseOp::ShiftRightArithmetic)
     }

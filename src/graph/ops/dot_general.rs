@@ -4,11 +4,16 @@
 use super::{check_dims, same_dtype};
 use crate::graph::{ShapeError, TensorType};
 
+/// `dot_general`'s dimension numbers, as in StableHLO.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DotDimensions {
+    /// Batch dims of `lhs`, paired in order with `rhs_batching_dimensions`.
     pub lhs_batching_dimensions: Vec<usize>,
+    /// Batch dims of `rhs`.
     pub rhs_batching_dimensions: Vec<usize>,
+    /// Dims of `lhs` summed over, paired in order with `rhs_contracting_dimensions`.
     pub lhs_contracting_dimensions: Vec<usize>,
+    /// Dims of `rhs` summed over.
     pub rhs_contracting_dimensions: Vec<usize>,
 }
 
@@ -23,6 +28,8 @@ impl DotDimensions {
     }
 }
 
+/// The result type of `dot_general(lhs, rhs)`: checks constraints C1–C12
+/// (matching batch and contracting sizes, one dtype).
 pub fn infer_dot_general(lhs: &TensorType, rhs: &TensorType, dims: &DotDimensions) -> Result<TensorType, ShapeError> {
     let op = "dot_general";
     let (lb, rb) = (&dims.lhs_batching_dimensions, &dims.rhs_batching_dimensions);

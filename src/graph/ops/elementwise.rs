@@ -6,25 +6,41 @@ use super::{require_dtype, require_float, same_dtype};
 use crate::graph::{DType, ShapeError, TensorType};
 use std::str::FromStr;
 
+/// An element-wise op of one operand, result of the operand's type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum UnaryOp {
+    /// `-x`.
     Negate,
+    /// `eˣ`.
     Exponential,
+    /// Natural logarithm.
     Log,
+    /// `√x`.
     Sqrt,
+    /// `1/√x`.
     Rsqrt,
+    /// Hyperbolic tangent.
     Tanh,
+    /// The sigmoid `1/(1 + e⁻ˣ)`.
     Logistic,
+    /// `|x|`.
     Abs,
+    /// -1, 0 or 1 by the sign of `x` (NaN stays NaN).
     Sign,
+    /// Rounds toward -∞.
     Floor,
+    /// Rounds to the nearest integer, ties to even.
     RoundNearestEven,
+    /// Cosine.
     Cosine,
+    /// Sine.
     Sine,
+    /// The error function (`chlo.erf`).
     Erf,
 }
 
 impl UnaryOp {
+    /// Every op, in graph-text order.
     pub const ALL: [UnaryOp; 14] = [
         UnaryOp::Negate,
         UnaryOp::Exponential,
@@ -42,6 +58,7 @@ impl UnaryOp {
         UnaryOp::Erf,
     ];
 
+    /// The op's name in graph text and StableHLO.
     pub fn name(self) -> &'static str {
         match self {
             UnaryOp::Negate => "negate",
@@ -62,18 +79,27 @@ impl UnaryOp {
     }
 }
 
+/// An element-wise op of two operands of one type, result of that type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinaryOp {
+    /// `lhs + rhs`.
     Add,
+    /// `lhs - rhs`.
     Subtract,
+    /// `lhs · rhs`.
     Multiply,
+    /// `lhs / rhs` (integers: see the interpreter for `/ 0`).
     Divide,
+    /// The larger; NaN propagates.
     Maximum,
+    /// The smaller; NaN propagates.
     Minimum,
+    /// `lhs` raised to `rhs`.
     Power,
 }
 
 impl BinaryOp {
+    /// Every op, in graph-text order.
     pub const ALL: [BinaryOp; 7] = [
         BinaryOp::Add,
         BinaryOp::Subtract,
@@ -84,6 +110,7 @@ impl BinaryOp {
         BinaryOp::Power,
     ];
 
+    /// The op's name in graph text and StableHLO.
     pub fn name(self) -> &'static str {
         match self {
             BinaryOp::Add => "add",
@@ -97,17 +124,25 @@ impl BinaryOp {
     }
 }
 
+/// How `compare` relates `lhs` to `rhs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ComparisonDirection {
+    /// `lhs == rhs`.
     Eq,
+    /// `lhs != rhs`.
     Ne,
+    /// `lhs >= rhs`.
     Ge,
+    /// `lhs > rhs`.
     Gt,
+    /// `lhs <= rhs`.
     Le,
+    /// `lhs < rhs`.
     Lt,
 }
 
 impl ComparisonDirection {
+    /// Every direction, in `as_str` order.
     pub const ALL: [ComparisonDirection; 6] = [
         ComparisonDirection::Eq,
         ComparisonDirection::Ne,

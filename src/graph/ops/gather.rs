@@ -6,6 +6,8 @@
 
 use crate::graph::{ShapeError, TensorType};
 
+/// The result type of an embedding lookup: `[indices..., operand dims but the first]`;
+/// `operand` needs rank >= 1 and `indices` an integer type.
 pub fn infer_gather(operand: &TensorType, indices: &TensorType) -> Result<TensorType, ShapeError> {
     if operand.rank() == 0 {
         return Err(ShapeError::new(

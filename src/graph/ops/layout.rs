@@ -33,7 +33,7 @@ pub fn infer_reshape(operand: &TensorType, declared: &TensorType) -> Result<Tens
 }
 
 /// transpose_c2 (permutation is a permutation of 0..rank), transpose_c4
-/// (result dim i = operand dim permutation[i]).
+/// (result dim `i` = operand dim `permutation[i]`).
 pub fn infer_transpose(operand: &TensorType, permutation: &[usize]) -> Result<TensorType, ShapeError> {
     if permutation.len() != operand.rank() {
         return Err(ShapeError::new(

@@ -22,68 +22,96 @@ pub use dot_general::DotDimensions;
 pub use elementwise::{BinaryOp, ComparisonDirection, UnaryOp};
 pub use reduce::ReduceKind;
 
+/// What a node computes: StableHLO ops plus `input` and `param`. Attributes
+/// are fields; operands are the node's.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// A function argument; its type is declared.
     Input,
     /// A named weight; becomes a `util.global`, never a function argument.
     Param {
+        /// The checkpoint tensor name; nodes with one name are one param.
         name: String,
     },
     /// A splat constant of the declared type.
     Constant {
+        /// The value of every element.
         value: f64,
     },
+    /// Indices along `iota_dimension`, of the declared type.
     Iota {
+        /// The dim whose index each element holds.
         iota_dimension: usize,
     },
+    /// An element-wise op of one operand.
     Unary(UnaryOp),
+    /// An element-wise op of two operands of one type.
     Binary(BinaryOp),
     /// Element type conversion to the declared type's dtype.
     Convert,
     /// The operand's bits as the declared type (see `bitwise::infer_bitcast_convert`).
     BitcastConvert,
+    /// An element-wise `and`/`or`/`xor` or shift on integers (and `i1`).
     Bitwise(BitwiseOp),
+    /// Bitwise (integers) or logical (`i1`) negation.
     Not,
     /// `clamp(min, operand, max)`.
     Clamp,
+    /// Element-wise comparison to an `i1` tensor.
     Compare(ComparisonDirection),
     /// `select(pred, on_true, on_false)`.
     Select,
     /// To the declared shape, same element count.
     Reshape,
+    /// Reorders the dims: result dim `i` is operand dim `permutation[i]`.
     Transpose {
+        /// Operand dim of each result dim.
         permutation: Vec<usize>,
     },
     /// To the declared shape.
     BroadcastInDim {
+        /// Result dim of each operand dim.
         broadcast_dimensions: Vec<usize>,
     },
+    /// Joins the operands along `dimension`.
     Concatenate {
+        /// The dim they are joined along.
         dimension: usize,
     },
+    /// A strided window: per dim, `start..limit` by `stride`.
     Slice {
+        /// First index per dim.
         start_indices: Vec<usize>,
+        /// End (exclusive) per dim.
         limit_indices: Vec<usize>,
+        /// Step per dim.
         strides: Vec<usize>,
     },
     /// `dynamic_slice(operand, start_indices...)`: one scalar index per dim.
     DynamicSlice {
+        /// Size of the window per dim.
         slice_sizes: Vec<usize>,
     },
     /// `dynamic_update_slice(operand, update, start_indices...)`.
     DynamicUpdateSlice,
     /// `pad(operand, padding_value)`.
     Pad {
+        /// Padding before the first element, per dim.
         edge_padding_low: Vec<usize>,
+        /// Padding after the last element, per dim.
         edge_padding_high: Vec<usize>,
+        /// Padding between elements, per dim.
         interior_padding: Vec<usize>,
     },
+    /// A general contraction: batch dims, then the free dims of `lhs`, then of `rhs`.
     DotGeneral(DotDimensions),
     /// Embedding row lookup: `operand[indices[...], :]`.
     Gather,
+    /// Reduces `dimensions` away with a sum or a max.
     Reduce {
+        /// The reduction.
         kind: ReduceKind,
+        /// The dims reduced away.
         dimensions: Vec<usize>,
     },
 }
@@ -91,10 +119,15 @@ pub enum Op {
 /// An attribute value in the graph text: `3`, `1.5`, `[1, 0]`, `LT`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AttrValue {
+    /// A non-negative integer.
     Int(usize),
+    /// A float.
     Float(f64),
+    /// A list of dims or indices; `?` in it is [`super::DYNAMIC`].
     Ints(Vec<usize>),
+    /// A bare word: `LT`, `sum`.
     Ident(String),
+    /// A quoted string: a param name.
     Str(String),
 }
 

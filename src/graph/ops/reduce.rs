@@ -4,13 +4,17 @@ use super::check_dims;
 use crate::graph::{DType, ShapeError, TensorType};
 use std::str::FromStr;
 
+/// How `reduce` combines elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReduceKind {
+    /// Addition; its identity is 0.
     Sum,
+    /// Maximum; its identity is the dtype's lowest value.
     Max,
 }
 
 impl ReduceKind {
+    /// The name in graph text: `sum` or `max`.
     pub fn as_str(self) -> &'static str {
         match self {
             ReduceKind::Sum => "sum",

@@ -18,12 +18,31 @@ mod plain;
 use super::ggml::GgmlType;
 use thiserror::Error;
 
+/// Why a buffer could not be dequantized.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum QuantError {
+    /// The input is not a whole number of blocks.
     #[error("{ty}: {len} bytes is not a whole number of {type_size}-byte blocks")]
-    PartialBlock { ty: GgmlType, len: usize, type_size: usize },
+    PartialBlock {
+        /// The type.
+        ty: GgmlType,
+        /// The input's length in bytes.
+        len: usize,
+        /// Bytes per block.
+        type_size: usize,
+    },
+    /// The output does not hold exactly the input's elements.
     #[error("{ty}: {blocks} blocks of {block_size} need room for {blocks}×{block_size} f32s, but the output holds {out_len}")]
-    OutputLen { ty: GgmlType, blocks: usize, block_size: usize, out_len: usize },
+    OutputLen {
+        /// The type.
+        ty: GgmlType,
+        /// Blocks in the input.
+        blocks: usize,
+        /// Elements per block.
+        block_size: usize,
+        /// The output's length.
+        out_len: usize,
+    },
 }
 
 /// Dequantizes `bytes`, a whole number of `ty` blocks, into `out`, which
