@@ -140,7 +140,7 @@ fn main() -> anyhow::Result<()> {
     iree.compile(&mlirbc, &vmfb)?;
     let (x, y) = (dir.path().join("patches.npy"), dir.path().join("probs.npy"));
     npy::write(&x, &input)?;
-    iree.run(&vmfb, &graph.name, &[x], None, std::slice::from_ref(&y))?;
+    iree.run(&vmfb, &graph.name, &[x], &[], std::slice::from_ref(&y))?;
     let got = npy::read(&y)?;
     let want = interp::run(&graph, &[input], &weights)?.remove(0);
 
