@@ -13,3 +13,8 @@ def Arith_ConstantOp : Op<Arith_Dialect, "constant"> {
   let arguments = (ins AnyAttr:$value);
   let results = (outs AnyType:$result);
 }
+
+def Arith_IndexCastOp : Op<Arith_Dialect, "index_cast"> {
+  let arguments = (ins AnyType:$in);
+  let results = (outs AnyType:$out);
+}

@@ -35,3 +35,9 @@ def Tensor_ExpandShapeOp : Tensor_Op<"expand_shape"> {
                    DenseI64ArrayAttr:$static_output_shape);
   let results = (outs AnyTensor:$result);
 }
+
+// A ranked tensor of the given scalars: the `?` size as `tensor<1xi64>`.
+def Tensor_FromElementsOp : Tensor_Op<"from_elements"> {
+  let arguments = (ins Variadic<AnyType>:$elements);
+  let results = (outs AnyTensor:$result);
+}

@@ -20,9 +20,9 @@
 use crate::graph::{DType, Graph, Op, TensorType};
 use crate::interp::Value;
 use crate::iree::{Iree, IreeError};
-use crate::npy;
 use crate::lower::{self, Emit, LowerError, LowerOptions, Session};
 use crate::models::{Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
+use crate::npy;
 use crate::params::archive::{self, DerivedParam};
 use crate::params::{ParamInit, ParamInits, ParamsError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
@@ -130,10 +130,9 @@ impl Source {
     pub fn open(path: &Path) -> Result<Source> {
         match path.extension().and_then(|e| e.to_str()) {
             Some("gguf") => Ok(Source::Gguf(Gguf::open(path)?)),
-            _ => Err(ExportError::Source {
-                path: path.to_path_buf(),
-                message: "kiln exports .gguf checkpoints".into(),
-            }),
+            _ => {
+                Err(ExportError::Source { path: path.to_path_buf(), message: "kiln exports .gguf checkpoints".into() })
+            }
         }
     }
 
@@ -265,7 +264,8 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     let serving = Serving::new(&family, &*weights, options.max_context)?;
     let graphs = serving.greedy_loop().graphs();
     let names: BTreeSet<&str> = graphs.iter().flat_map(|g| g.params().map(|(_, name, _)| name)).collect();
-    let stored: Vec<DerivedParam<'_>> = names.iter().map(|name| weights.stored(name)).collect::<std::result::Result<_, _>>()?;
+    let stored: Vec<DerivedParam<'_>> =
+        names.iter().map(|name| weights.stored(name)).collect::<std::result::Result<_, _>>()?;
 
     // What each param's global starts from, and what is written where.
     let archived: Vec<DerivedParam<'_>> = match options.params {
@@ -274,11 +274,9 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         ParamsMode::Inline => vec![],
     };
     let derived_inline: Vec<Vec<u8>> = match options.params {
-        ParamsMode::Inline => stored
-            .iter()
-            .filter(|p| !p.is_copy())
-            .map(archive::derive_to_vec)
-            .collect::<std::result::Result<_, _>>()?,
+        ParamsMode::Inline => {
+            stored.iter().filter(|p| !p.is_copy()).map(archive::derive_to_vec).collect::<std::result::Result<_, _>>()?
+        }
         _ => vec![],
     };
     let mut inits = ParamInits::new();
@@ -337,7 +335,11 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         packed: options.packed.to_string(),
         max_context: options.max_context,
         parameters,
-        functions: [&serving.prefill, &serving.decode].into_iter().map(signature).chain([generate_signature(&serving)]).collect(),
+        functions: [&serving.prefill, &serving.decode]
+            .into_iter()
+            .map(signature)
+            .chain([generate_signature(&serving)])
+            .collect(),
     };
     let manifest_path = dir.join(Manifest::FILE);
     let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes") + "\n";

@@ -5,11 +5,11 @@ use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Parser, Subcommand, ValueEnum};
 use kiln::check::{self, CheckOptions};
 use kiln::export::{self, ExportOptions, ParamsMode};
-use kiln::graph::DType;
-use kiln::models::PackedPolicy;
 use kiln::graph::text;
+use kiln::graph::DType;
 use kiln::iree::Iree;
 use kiln::lower::{self, Emit, LowerOptions};
+use kiln::models::PackedPolicy;
 use kiln::weights::synth::{self, Preset, SynthData};
 use std::path::{Path, PathBuf};
 

@@ -156,13 +156,8 @@ fn call<'c, 'a>(
 ) -> Result<Vec<Value<'c, 'a>>, LowerError> {
     let ctx = e.ctx();
     let results: Vec<Type> = graph.outputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
-    let op = e.block.append_operation(func::call(
-        ctx,
-        FlatSymbolRefAttribute::new(ctx, &graph.name),
-        inputs,
-        &results,
-        e.loc(),
-    ));
+    let callee = FlatSymbolRefAttribute::new(ctx, &graph.name);
+    let op = e.block.append_operation(func::call(ctx, callee, inputs, &results, e.loc()));
     Ok((0..results.len()).map(|i| op.result(i).expect("one result per graph output").into()).collect())
 }
 

@@ -142,7 +142,7 @@ impl Session {
         let module = Module::new(Location::unknown(ctx));
         let globals = params::declare_globals(self, &module, graphs, options, inits)?;
         for graph in graphs {
-            self.lower_function(&module, graph, &globals, false)?;
+            self.lower_function(&module, graph, &globals, FunctionKind::Public)?;
         }
         self.verify(module)
     }
@@ -160,10 +160,14 @@ impl Session {
         self.take_diagnostics();
         let module = Module::new(Location::unknown(ctx));
         let globals = params::declare_globals(self, &module, &spec.graphs(), options, inits)?;
-        self.lower_function(&module, spec.prefill, &globals, false)?;
-        self.lower_function(&module, spec.decode, &globals, false)?;
-        self.lower_function(&module, spec.pick_prefill, &globals, true)?;
-        self.lower_function(&module, spec.pick_decode, &globals, true)?;
+        // iree-compile inlines every call (`generate`'s too), so the model
+        // is compiled once per caller. Keeping a body out of line needs
+        // `no_inline` on `func.call`, which MLIR 22 prints where IREE's
+        // newer parser refuses it.
+        self.lower_function(&module, spec.prefill, &globals, FunctionKind::Public)?;
+        self.lower_function(&module, spec.decode, &globals, FunctionKind::Public)?;
+        self.lower_function(&module, spec.pick_prefill, &globals, FunctionKind::Private)?;
+        self.lower_function(&module, spec.pick_decode, &globals, FunctionKind::Private)?;
         generate::lower_generate(self, &module, spec)?;
         self.verify(module)
     }
@@ -175,14 +179,13 @@ impl Session {
         Ok(module)
     }
 
-    /// Appends `func.func @<graph name>`; a private one is only called
-    /// from within the module (iree-compile inlines it).
+    /// Appends the graph as a function of `kind`.
     fn lower_function(
         &self,
         module: &Module<'_>,
         graph: &Graph,
         globals: &params::Globals,
-        private: bool,
+        kind: FunctionKind,
     ) -> Result<(), LowerError> {
         let ctx = &self.context;
         let arg_types: Vec<Type> = graph.inputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
@@ -238,17 +241,26 @@ impl Session {
         let region = Region::new();
         region.append_block(block);
         let function_type = FunctionType::new(ctx, &arg_types, &result_types);
-        let visibility = (Identifier::new(ctx, "sym_visibility"), StringAttribute::new(ctx, "private").into());
-        module.body().append_operation(func::func(
-            ctx,
-            StringAttribute::new(ctx, &graph.name),
-            TypeAttribute::new(function_type.into()),
-            region,
-            if private { std::slice::from_ref(&visibility) } else { &[] },
-            Location::name(ctx, &graph.name, Location::unknown(ctx)),
-        ));
+        let loc = Location::name(ctx, &graph.name, Location::unknown(ctx));
+        let private = (Identifier::new(ctx, "sym_visibility"), StringAttribute::new(ctx, "private").into());
+        let attributes = match kind {
+            FunctionKind::Public => vec![],
+            FunctionKind::Private => vec![private],
+        };
+        let name = StringAttribute::new(ctx, &graph.name);
+        let function = func::func(ctx, name, TypeAttribute::new(function_type.into()), region, &attributes, loc);
+        module.body().append_operation(function);
         Ok(())
     }
+}
+
+/// How a graph becomes a function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FunctionKind {
+    /// `func.func @name`, an entry point.
+    Public,
+    /// `func.func private @name`, inlined where called.
+    Private,
 }
 
 /// Prints a verified module as MLIR text (generic form for IREE's dialects).
@@ -342,21 +354,17 @@ impl<'c, 'a> Emitter<'c, 'a> {
         Attribute::parse(self.ctx(), text).ok_or_else(|| self.error(format!("MLIR cannot parse attribute `{text}`")))
     }
 
-    /// The run-time size of `?` as `tensor<1xi64>`.
+    /// The run-time size of `?` as `tensor<1xi64>`, from the `tensor.dim`
+    /// that [`Emitter::dynamic_index`] reads: one read for both uses.
     fn dynamic_size(&self) -> Result<Value<'c, 'a>, LowerError> {
         if let Some(&size) = self.function.dynamic_size.get() {
             return Ok(size);
         }
-        let (source, dim) = self.dynamic_source()?;
         let ctx = self.ctx();
-        let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), dim as i64);
-        let scalar = TensorType::new([], DType::I32);
-        let size =
-            self.emit(stablehlo::get_dimension_size(ctx, self.tensor_type(&scalar), source, dim.into(), self.loc()))?;
-        let size =
-            self.emit(stablehlo::convert(ctx, self.tensor_type(&scalar.with_dtype(DType::I64)), size, self.loc()))?;
-        let size =
-            self.emit(stablehlo::reshape(ctx, self.tensor_type(&TensorType::new([1], DType::I64)), size, self.loc()))?;
+        let i64_type: Type = IntegerType::new(ctx, 64).into();
+        let size = self.emit(arith::index_cast(ctx, i64_type, self.dynamic_index()?, self.loc()))?;
+        let size_type = self.tensor_type(&TensorType::new([1], DType::I64));
+        let size = self.emit(tensor::from_elements(ctx, size_type, &[size], self.loc()))?;
         Ok(*self.function.dynamic_size.get_or_init(|| size))
     }
 

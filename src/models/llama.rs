@@ -629,8 +629,14 @@ mod tests {
             crate::npy::write(&path("prompt.npy"), &token_values(prompt)).unwrap();
             crate::npy::write(&path("n.npy"), &scalar_i32(n_new as i32)).unwrap();
             let inputs = [path("prompt.npy"), path("n.npy")];
-            iree.run(&path("m.vmfb"), "generate", &inputs, &[("model", path("tiny.gguf").as_path())], &[path("out.npy")])
-                .unwrap();
+            iree.run(
+                &path("m.vmfb"),
+                "generate",
+                &inputs,
+                &[("model", path("tiny.gguf").as_path())],
+                &[path("out.npy")],
+            )
+            .unwrap();
             let out = crate::npy::read(&path("out.npy")).unwrap().to_f64_vec();
             let got: Vec<u32> = out.iter().take_while(|&&t| t >= 0.0).map(|&t| t as u32).collect();
             assert_eq!(got, want, "prompt {prompt:?}");

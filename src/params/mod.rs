@@ -77,8 +77,9 @@ pub(crate) fn declare_globals<'s>(
 ) -> Result<Globals, LowerError> {
     let ctx = session.context();
     let mut globals = Globals::default();
-    // The functions' own symbols are taken too.
+    // The functions' own symbols are taken too, `generate` included.
     let mut taken: HashSet<String> = graphs.iter().map(|g| g.name.clone()).collect();
+    taken.insert("generate".into());
     let mut declared: HashMap<&str, &TensorType> = HashMap::new();
     for (graph, (id, name, ty)) in graphs.iter().flat_map(|g| g.params().map(move |p| (g, p))) {
         if let Some(first) = declared.insert(name, ty) {
