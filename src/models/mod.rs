@@ -19,6 +19,7 @@ use crate::trace::nn::to_f32;
 use crate::trace::{dequant, Tensor, TraceError, Tracer};
 use crate::weights::ggml::GgmlType;
 use crate::weights::gguf::{Gguf, GgufTensor};
+use crate::weights::hf_config::HfConfig;
 use crate::weights::WeightsError;
 use std::path::Path;
 use thiserror::Error;
@@ -58,6 +59,8 @@ pub enum ModelError {
     Weights(#[from] WeightsError),
     #[error("unknown general.architecture \"{0}\" (supported: llama, gemma3)")]
     UnknownArchitecture(String),
+    #[error("unknown config.json model_type \"{0}\" (supported: llama, mistral)")]
+    UnknownModelType(String),
     #[error("tensor \"{name}\" is packed as {ty}: choose `--packed dequantize` (dense f32/f16/bf16 params, written to an archive at export) or `--packed keep` (the checkpoint's raw blocks, dequantized inside the graph)")]
     Packed { name: String, ty: GgmlType },
     #[error("--packed dequantize needs f32, f16 or bf16, not {0}")]
@@ -279,6 +282,14 @@ impl Family {
             "llama" => Ok(Family::Llama(llama::Config::from_gguf(gguf)?)),
             "gemma3" => Ok(Family::Gemma3(gemma3::Config::from_gguf(gguf)?)),
             other => Err(ModelError::UnknownArchitecture(other.to_string())),
+        }
+    }
+
+    /// From a Hugging Face `config.json`'s `model_type` and keys.
+    pub fn from_hf(config: &HfConfig) -> Result<Family> {
+        match config.model_type.as_str() {
+            "llama" | "mistral" => Ok(Family::Llama(llama::Config::from_hf(config)?)),
+            other => Err(ModelError::UnknownModelType(other.to_string())),
         }
     }
 
