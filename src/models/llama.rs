@@ -14,7 +14,7 @@
 //! `LLAMA_ROPE_TYPE_NORM` for `LLM_ARCH_LLAMA`, its HF converter having
 //! permuted the Q/K rows of HF's `rotate_half` layout into that order.
 //! Hugging Face checkpoints (`model_type` llama or mistral, read through
-//! the models module) keep that layout and rotate halves ([`RopeStyle::NeoX`]).
+//! [`super::hf`]) keep that layout and rotate halves ([`RopeStyle::NeoX`]).
 
 use super::{merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
 use crate::graph::{DType, Graph, TensorType};

@@ -4,10 +4,12 @@
 //! decides how each GGUF tensor becomes a graph param under the caller's
 //! [`PackedPolicy`] and feeds the same values to the reference interpreter,
 //! [`Weight`], a declared param with what it takes to read it as f32,
-//! and the head reshapes of multi-head attention.
+//! and the head reshapes of multi-head attention. Hugging Face safetensors
+//! checkpoints are read through [`hf`].
 
 mod cache;
 pub mod gemma3;
+pub mod hf;
 pub mod llama;
 
 pub use cache::{Cache, KvCache};
@@ -20,6 +22,7 @@ use crate::trace::{dequant, Tensor, TraceError, Tracer};
 use crate::weights::ggml::GgmlType;
 use crate::weights::gguf::{Gguf, GgufTensor};
 use crate::weights::hf_config::HfConfig;
+use crate::weights::safetensors::StDType;
 use crate::weights::WeightsError;
 use std::path::Path;
 use thiserror::Error;
@@ -67,6 +70,12 @@ pub enum ModelError {
     DequantizeDType(DType),
     #[error("tensor \"{0}\" is missing from the checkpoint")]
     MissingTensor(String),
+    #[error("tensor \"{hf}\" (GGUF \"{gguf}\") is missing from the checkpoint")]
+    MissingHfTensor { gguf: String, hf: String },
+    #[error("tensor \"{0}\" has no Hugging Face name in the llama family's table")]
+    NoHfName(String),
+    #[error("tensor \"{name}\" is stored as {dtype}; safetensors params must be F32, F16 or BF16")]
+    UnsupportedDType { name: String, dtype: StDType },
     #[error("tensor \"{name}\" has ggml type {ty}, which graphs cannot load (F32, F16, BF16 and the types trace::dequant supports)")]
     UnsupportedType { name: String, ty: GgmlType },
     #[error("tensor \"{name}\" has shape {found:?}, the config needs {expected:?}")]
