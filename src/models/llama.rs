@@ -13,14 +13,18 @@
 //! adjacent pairs ([`RopeStyle::Interleaved`]): llama.cpp uses
 //! `LLAMA_ROPE_TYPE_NORM` for `LLM_ARCH_LLAMA`, its HF converter having
 //! permuted the Q/K rows of HF's `rotate_half` layout into that order.
+//! Hugging Face checkpoints (`model_type` llama or mistral, read through
+//! [`super::hf`]) keep that layout and rotate halves ([`RopeStyle::NeoX`]).
 
 use super::{merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
 use crate::graph::{DType, Graph, TensorType};
 use crate::trace::nn::{attention, causal_mask, Rope, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
+use crate::weights::hf_config::HfConfig;
 
-/// Hyper-parameters, from GGUF metadata under llama.cpp's key names.
+/// Hyper-parameters, from GGUF metadata under llama.cpp's key names (or
+/// from HF's `config.json`: [`Config::from_hf`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// `llama.block_count`
@@ -100,6 +104,61 @@ impl Config {
             return Err(ModelError::Config("llama.rope.scaling.type is set: rope scaling is not supported yet".into()));
         }
         Ok(config)
+    }
+
+    /// From a Hugging Face `config.json` with `model_type` llama or mistral.
+    /// What this front-end does not compute (rope scaling, partial rotary
+    /// embeddings, biases, a sliding window) is refused, never ignored.
+    pub fn from_hf(hf: &HfConfig) -> Result<Config> {
+        if !matches!(hf.model_type.as_str(), "llama" | "mistral") {
+            return Err(ModelError::UnknownModelType(hf.model_type.clone()));
+        }
+        let refuse = |what: String| Err(ModelError::Config(format!("config.json: {what}")));
+        let heads = hf.num_attention_heads;
+        if heads == 0 || (hf.head_dim.is_none() && !hf.hidden_size.is_multiple_of(heads)) {
+            return refuse(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {heads} (and no head_dim is given)",
+                hf.hidden_size
+            ));
+        }
+        if let Some(scaling) = &hf.rope_scaling {
+            return refuse(format!("rope_scaling {scaling} is not supported yet"));
+        }
+        if let Some(factor) = hf.extra.get("partial_rotary_factor").filter(|f| f.as_f64() != Some(1.0)) {
+            return refuse(format!("partial_rotary_factor {factor}: partial rotary embeddings are not supported"));
+        }
+        let mlp_bias = hf.extra.get("mlp_bias").and_then(|v| v.as_bool()) == Some(true);
+        for (key, set) in [("attention_bias", hf.attention_bias == Some(true)), ("mlp_bias", mlp_bias)] {
+            if set {
+                return refuse(format!("{key} is true: llama projections without biases only"));
+            }
+        }
+        if let Some(act) = hf.hidden_act.as_deref().filter(|&act| act != "silu") {
+            return refuse(format!("hidden_act \"{act}\" is not supported (llama's SwiGLU uses silu)"));
+        }
+        // Mistral 7B v0.1 attends over a 4096-token window; one at least as
+        // long as the model's context is no window at all.
+        if let Some(window) = hf.sliding_window {
+            if hf.max_position_embeddings.is_none_or(|max| window < max) {
+                return refuse(format!(
+                    "sliding_window {window} is not supported (attention here covers the whole context)"
+                ));
+            }
+        }
+        let head_dim = hf.head_dim();
+        Ok(Config {
+            block_count: hf.num_hidden_layers,
+            embedding_length: hf.hidden_size,
+            feed_forward_length: hf.intermediate_size,
+            head_count: heads,
+            head_count_kv: hf.num_key_value_heads(),
+            head_dim,
+            rope_dimension_count: head_dim,
+            rope_freq_base: hf.rope_theta,
+            rms_norm_eps: hf.rms_norm_eps,
+            vocab_size: hf.vocab_size,
+            rope_style: RopeStyle::NeoX,
+        })
     }
 }
 
@@ -642,5 +701,47 @@ mod tests {
             assert_eq!(got, want, "prompt {prompt:?}");
             assert_eq!(want.len(), n_new.min(8 + 1 - prompt.len()));
         }
+    }
+
+    #[test]
+    fn config_from_hf() {
+        use serde_json::{json, Value as Json};
+        let hf = |extra: Json| {
+            let mut c = json!({
+                "model_type": "llama", "vocab_size": 16, "hidden_size": 32, "intermediate_size": 64,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            });
+            for (key, value) in extra.as_object().expect("an object") {
+                c[key] = value.clone();
+            }
+            let config = crate::weights::hf_config::HfConfig::parse(&c.to_string()).unwrap();
+            Family::from_hf(&config).map_err(|e| e.to_string())
+        };
+        let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": null})) else { panic!("a llama config") };
+        assert_eq!((c.head_dim, c.head_count_kv, c.rope_style), (8, 2, RopeStyle::NeoX));
+        assert_eq!((c.rope_freq_base, c.rms_norm_eps), (10000.0, 1e-6), "HF's defaults");
+        assert!(hf(json!({"model_type": "mistral", "sliding_window": null})).is_ok());
+        let Ok(Family::Llama(c)) = hf(json!({"head_dim": 16})) else { panic!("a llama config") };
+        assert_eq!(c.head_dim, 16);
+
+        let refused = [
+            (json!({"model_type": "gpt2"}), "unknown config.json model_type \"gpt2\""),
+            (
+                json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
+                "rope_scaling {\"factor\":8.0,\"rope_type\":\"llama3\"} is not supported yet",
+            ),
+            (json!({"partial_rotary_factor": 0.5}), "partial_rotary_factor 0.5"),
+            (json!({"attention_bias": true}), "attention_bias"),
+            (json!({"mlp_bias": true}), "mlp_bias"),
+            (json!({"hidden_act": "gelu"}), "hidden_act \"gelu\""),
+            (json!({"model_type": "mistral", "sliding_window": 4096}), "sliding_window 4096"),
+            (json!({"hidden_size": 30}), "hidden_size 30 is not a multiple of num_attention_heads 4"),
+        ];
+        for (extra, needle) in refused {
+            let e = hf(extra.clone()).expect_err("refused");
+            assert!(e.contains(needle), "{extra}: '{e}' should contain '{needle}'");
+        }
+        // A window that covers every position is no window.
+        assert!(hf(json!({"sliding_window": 4096, "max_position_embeddings": 4096})).is_ok());
     }
 }

