@@ -365,7 +365,6 @@ mod tests {
     use crate::lower::{lower_to_string, LowerOptions};
     use crate::models::testing::{gguf_bytes, Fill, Meta};
     use crate::models::{Family, GgufWeights, PackedPolicy};
-    use crate::tokenizer::Tokenizer;
     use std::path::Path;
     use std::time::Instant;
 
@@ -425,93 +424,6 @@ mod tests {
     fn token_values(ids: &[u32]) -> Value {
         let bytes: Vec<u8> = ids.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
         Value::from_le_bytes(&TensorType::new([1, ids.len()], DType::I32), &bytes).unwrap()
-    }
-
-    fn argmax_rows(logits: &[f64], vocab: usize) -> Vec<usize> {
-        logits.chunks(vocab).map(|r| (0..vocab).fold(0, |b, i| if r[i] > r[b] { i } else { b })).collect()
-    }
-
-    /// One module with a `?` prompt length, run through IREE at two lengths
-    /// with params read from the GGUF itself, against the interpreter.
-    #[test]
-    fn smollm2_says_paris() {
-        let gguf = smollm2();
-        let weights = keep(&gguf);
-        let tokenizer = Tokenizer::from_gguf(&gguf).unwrap();
-        let ids = tokenizer.encode("The capital of France is", false);
-        let graph = prefill(&weights, DYNAMIC).unwrap();
-
-        let dir = tempfile::tempdir().unwrap();
-        let (mlir, vmfb) = (dir.path().join("prefill.mlir"), dir.path().join("prefill.vmfb"));
-        std::fs::write(&mlir, crate::lower::lower_to_string(&graph, &Default::default()).unwrap()).unwrap();
-        let iree = crate::iree::Iree::for_tests();
-        let start = Instant::now();
-        iree.compile(&mlir, &vmfb).unwrap();
-        eprintln!("iree-compile: {:.2?}", start.elapsed());
-        let gguf_path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SMOLLM2);
-
-        for len in [ids.len(), 3] {
-            let tokens = token_values(&ids[..len]);
-            let start = Instant::now();
-            let logits = interp::run(&graph, std::slice::from_ref(&tokens), &weights).unwrap().remove(0).to_f64_vec();
-            eprintln!("interpreter: {:.2?} for {len} tokens", start.elapsed());
-            let vocab = logits.len() / len;
-            let best = argmax_rows(&logits, vocab);
-            if len == ids.len() {
-                let word = tokenizer.decode(&[best[len - 1] as u32]);
-                eprintln!("argmax {} = {word:?}", best[len - 1]);
-                assert_eq!(word, " Paris");
-            }
-            let (input, output) =
-                (dir.path().join(format!("tokens{len}.npy")), dir.path().join(format!("logits{len}.npy")));
-            crate::npy::write(&input, &tokens).unwrap();
-            iree.run(&vmfb, "main", &[input], &[("model", gguf_path.as_path())], &[output.clone()]).unwrap();
-            let iree_logits = crate::npy::read(&output).unwrap().to_f64_vec();
-            let max_diff = logits.iter().zip(&iree_logits).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-            eprintln!("{len} tokens: max |interpreter - IREE| over all positions: {max_diff:e}");
-            assert!(max_diff <= 1e-3, "logits differ by {max_diff}");
-            assert_eq!(best, argmax_rows(&iree_logits, vocab), "argmax differs");
-        }
-    }
-
-    /// `prefill` + `decode` compiled into one module: the prompt minus its
-    /// last token, then that token decoded at its position, gives IREE's
-    /// own whole-prompt prefill logits.
-    #[test]
-    fn smollm2_prefill_then_decode_through_iree() {
-        let gguf = smollm2();
-        let weights = keep(&gguf);
-        let ids = Tokenizer::from_gguf(&gguf).unwrap().encode("The capital of France is", false);
-        let graphs = entry_points(&weights, 32, 1).unwrap();
-        let session = crate::lower::Session::new();
-        let inits = crate::params::ParamInits::default();
-        let module = session.lower_functions(&[&graphs[0], &graphs[1]], &LowerOptions::default(), &inits).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let path = |name: &str| dir.path().join(name);
-        std::fs::write(path("m.mlir"), crate::lower::print(&module).unwrap()).unwrap();
-        let iree = crate::iree::Iree::for_tests();
-        let start = Instant::now();
-        iree.compile(&path("m.mlir"), &path("m.vmfb")).unwrap();
-        eprintln!("iree-compile prefill + decode: {:.2?}", start.elapsed());
-        let gguf_path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SMOLLM2);
-        let run = |function: &str, inputs: &[&str], outputs: &[&str]| {
-            let inputs: Vec<_> = inputs.iter().map(|n| path(n)).collect();
-            let outputs: Vec<_> = outputs.iter().map(|n| path(n)).collect();
-            iree.run(&path("m.vmfb"), function, &inputs, &[("model", gguf_path.as_path())], &outputs).unwrap();
-            outputs.iter().map(|p| crate::npy::read(p).unwrap()).collect::<Vec<_>>()
-        };
-        let n = ids.len();
-        crate::npy::write(&path("all.npy"), &token_values(&ids)).unwrap();
-        crate::npy::write(&path("head.npy"), &token_values(&ids[..n - 1])).unwrap();
-        crate::npy::write(&path("last.npy"), &token_values(&ids[n - 1..])).unwrap();
-        crate::npy::write(&path("pos.npy"), &scalar_i32(n as i32 - 1)).unwrap();
-        let full = run("prefill", &["all.npy"], &["full.npy", "k0.npy", "v0.npy"])[0].to_f64_vec();
-        run("prefill", &["head.npy"], &["head_logits.npy", "k.npy", "v.npy"]);
-        let step = run("decode", &["last.npy", "pos.npy", "k.npy", "v.npy"], &["step.npy", "k1.npy", "v1.npy"]);
-        let vocab = full.len() / n;
-        let diff = max_abs_diff(&step[0].to_f64_vec(), &full[(n - 1) * vocab..]);
-        eprintln!("decode vs whole-prompt prefill through IREE: max |diff| {diff:e}");
-        assert!(diff <= 1e-4, "{diff}");
     }
 
     /// A 2-block llama (hidden 32, 4 heads over 2 kv heads, ffn 64, vocab

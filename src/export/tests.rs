@@ -1,0 +1,239 @@
+//! End-to-end, per model family, on the real checkpoints `make setup`
+//! installs: `export` → `compile` (iree-compile) → IREE's `prefill`,
+//! `decode` and `generate` against the reference interpreter. Each test
+//! compiles its module once and runs every check on it.
+
+use super::*;
+use crate::interp::{self, ParamSource};
+use crate::models::testing::{gemma3_path, smollm2_path};
+use std::collections::HashSet;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+const PROMPT: &str = "The capital of France is";
+const NEW_TOKENS: usize = 16;
+const MAX_CONTEXT: usize = 64;
+
+fn options(params: ParamsMode, packed: PackedPolicy) -> ExportOptions {
+    ExportOptions { params, packed, max_context: MAX_CONTEXT, ..ExportOptions::default() }
+}
+
+/// Exports and compiles `model`, reporting the figures.
+fn export_and_compile(model: &Path, options: &ExportOptions) -> (tempfile::TempDir, ExportSummary) {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = export(model, dir.path(), options, &mut ()).unwrap_or_else(|e| panic!("export: {e}"));
+    let start = Instant::now();
+    compile(dir.path(), &Iree::for_tests()).unwrap_or_else(|e| panic!("compile: {e}"));
+    eprintln!(
+        "{} ({}): export {:.2} s, {} ops, {} bytes written; iree-compile {:.0} s",
+        model.display(),
+        options.params_description(),
+        summary.seconds,
+        summary.ops,
+        summary.bytes_written,
+        start.elapsed().as_secs_f64()
+    );
+    (dir, summary)
+}
+
+fn ids_value(ids: &[u32]) -> Value {
+    let bytes: Vec<u8> = ids.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
+    Value::from_le_bytes(&TensorType::new([1, ids.len()], DType::I32), &bytes).unwrap()
+}
+
+fn scalar_i32(v: i32) -> Value {
+    Value::from_le_bytes(&TensorType::new([], DType::I32), &v.to_le_bytes()).unwrap()
+}
+
+/// Runs `function` of a compiled export on `inputs`; returns its outputs.
+fn run(dir: &Path, function: &str, inputs: &[Value], outputs: usize) -> Vec<Value> {
+    let manifest = Manifest::read(dir).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let input_paths: Vec<PathBuf> = (0..inputs.len()).map(|i| work.path().join(format!("in{i}.npy"))).collect();
+    for (path, value) in input_paths.iter().zip(inputs) {
+        npy::write(path, value).unwrap();
+    }
+    let output_paths: Vec<PathBuf> = (0..outputs).map(|i| work.path().join(format!("out{i}.npy"))).collect();
+    let parameters = manifest.parameter_paths(dir);
+    let bindings: Vec<(&str, &Path)> = parameters.iter().map(|(s, p)| (s.as_str(), p.as_path())).collect();
+    let vmfb = dir.join(Manifest::VMFB);
+    Iree::for_tests().run(&vmfb, function, &input_paths, &bindings, &output_paths).unwrap();
+    output_paths.iter().map(|p| npy::read(p).unwrap()).collect()
+}
+
+fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
+fn argmax_rows(logits: &[f64], vocab: usize) -> Vec<usize> {
+    logits.chunks(vocab).map(|r| (0..vocab).fold(0, |b, i| if r[i] > r[b] { i } else { b })).collect()
+}
+
+/// The module's globals are exactly the params its functions load.
+fn assert_no_unused_params(dir: &Path) {
+    let text = std::fs::read_to_string(dir.join("model.mlir")).unwrap();
+    let between = |line: &str, open: &str, close: char| {
+        let start = line.find(open)? + open.len();
+        Some(line[start..][..line[start..].find(close)?].to_string())
+    };
+    let globals: HashSet<String> = text
+        .lines()
+        .filter(|l| l.contains("\"util.global\"()"))
+        .filter_map(|l| between(l, "sym_name = \"", '"'))
+        .collect();
+    let loaded: HashSet<String> = text
+        .lines()
+        .filter(|l| l.contains("\"util.global.load\"()"))
+        .filter_map(|l| between(l, "global = @", '}'))
+        .map(|s| s.trim().to_string())
+        .collect();
+    assert!(!globals.is_empty());
+    assert_eq!(globals, loaded, "every global is loaded and every load has a global");
+}
+
+/// Checks on one compiled export of a GGUF: signatures, IREE prefill
+/// logits against the interpreter's at every position, prefill + decode
+/// against the whole prefill, and `generate` against the interpreter's
+/// greedy tokens. Returns the generated text.
+fn check_export(model: &Path, dir: &Path, reference: &Serving, params: &dyn ParamSource) -> String {
+    let manifest = Manifest::read(dir).unwrap();
+    let names: Vec<&str> = manifest.functions.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["prefill", "decode", "generate"]);
+    // Only the declared inputs: tokens, position and the two caches.
+    assert_eq!(manifest.functions[0].inputs, ["tensor<1x?xi32>"]);
+    assert_eq!(manifest.functions[1].inputs.len(), 4);
+    assert_no_unused_params(dir);
+
+    let tokenizer = Source::open(model).unwrap().tokenizer().unwrap();
+    let ids = tokenizer.encode(PROMPT, tokenizer.add_bos_token());
+    let n = ids.len();
+    let start = Instant::now();
+    let want = interp::run(&reference.prefill, &[ids_value(&ids)], params).unwrap()[0].to_f64_vec();
+    eprintln!("interpreter prefill of {n} tokens: {:.1} s", start.elapsed().as_secs_f64());
+    let full = run(dir, "prefill", &[ids_value(&ids)], 3);
+    let got = full[0].to_f64_vec();
+    let vocab = got.len() / n;
+    let diff = max_abs_diff(&got, &want);
+    eprintln!("{}: max |IREE - interpreter| over {n} positions: {diff:e}", model.display());
+    assert!(diff <= 1e-3, "prefill logits differ by {diff}");
+    assert_eq!(argmax_rows(&got, vocab), argmax_rows(&want, vocab), "argmax at some position");
+
+    let head = run(dir, "prefill", &[ids_value(&ids[..n - 1])], 3);
+    let step =
+        run(dir, "decode", &[ids_value(&ids[n - 1..]), scalar_i32(n as i32 - 1), head[1].clone(), head[2].clone()], 3);
+    let diff = max_abs_diff(&step[0].to_f64_vec(), &got[(n - 1) * vocab..]);
+    eprintln!("prefill({}) + decode(1) vs prefill({n}) through IREE: {diff:e}", n - 1);
+    assert!(diff <= 1e-4, "decode differs from the whole prefill by {diff}");
+
+    let start = Instant::now();
+    let want = reference.generate_reference(params, &ids, NEW_TOKENS).unwrap();
+    eprintln!("interpreter greedy {NEW_TOKENS} tokens: {:.1} s", start.elapsed().as_secs_f64());
+    let generated = generate(dir, PROMPT, NEW_TOKENS, &Iree::for_tests()).unwrap();
+    eprintln!("IREE generate: {:?} ({} tokens in {:.2} s)", generated.text, generated.tokens.len(), generated.seconds);
+    let eog = want.iter().position(|&t| tokenizer.is_eog(t)).map_or(want.len(), |i| i + 1);
+    assert_eq!(generated.tokens, want[..eog], "IREE's greedy tokens differ from the interpreter's");
+    generated.text
+}
+
+/// The interpreter's greedy tokens for SmolLM2 (up to an end of
+/// generation), with host-dequantized weights: bit-identical to the
+/// in-graph dequantization, and faster to interpret.
+fn smollm2_reference() -> &'static (Gguf, Vec<u32>) {
+    static REFERENCE: OnceLock<(Gguf, Vec<u32>)> = OnceLock::new();
+    REFERENCE.get_or_init(|| {
+        let gguf = Gguf::open(&smollm2_path()).unwrap_or_else(|e| panic!("{e} (run `make setup`)"));
+        let weights = GgufWeights::new(&gguf, PackedPolicy::Dequantize(DType::F32)).unwrap();
+        let serving = Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
+        let tokenizer = Tokenizer::from_gguf(&gguf).unwrap();
+        let ids = tokenizer.encode(PROMPT, tokenizer.add_bos_token());
+        let mut tokens = serving.generate_reference(&weights, &ids, NEW_TOKENS).unwrap();
+        if let Some(eog) = tokens.iter().position(|&t| tokenizer.is_eog(t)) {
+            tokens.truncate(eog + 1);
+        }
+        drop(serving);
+        (gguf, tokens)
+    })
+}
+
+#[test]
+fn smollm2_end_to_end() {
+    let model = smollm2_path();
+    let (dir, summary) = export_and_compile(&model, &options(ParamsMode::Reference, PackedPolicy::Keep));
+    assert_eq!(summary.params_written, 0, "reference mode writes no weight");
+    let gguf = Gguf::open(&model).unwrap();
+    let weights = GgufWeights::new(&gguf, PackedPolicy::Keep).unwrap();
+    let serving = Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
+    let text = check_export(&model, dir.path(), &serving, &weights);
+    assert!(text.starts_with(" Paris"), "{text:?}");
+}
+
+/// Every `--params` mode and packed policy gives the same greedy tokens.
+fn smollm2_generates_the_same_tokens(params: ParamsMode, packed: PackedPolicy) {
+    let (dir, summary) = export_and_compile(&smollm2_path(), &options(params, packed));
+    let manifest = &summary.manifest;
+    let scopes: Vec<&str> = manifest.parameters.iter().map(|p| p.scope.as_str()).collect();
+    match (params, packed) {
+        (ParamsMode::Reference, PackedPolicy::Dequantize(_)) => assert_eq!(scopes, [SOURCE_SCOPE, ARCHIVE_SCOPE]),
+        (ParamsMode::Archive, _) => assert_eq!(scopes, [ARCHIVE_SCOPE]),
+        (ParamsMode::Inline, _) => assert!(scopes.is_empty()),
+        _ => unreachable!("the other combinations are tested elsewhere"),
+    }
+    let generated = generate(dir.path(), PROMPT, NEW_TOKENS, &Iree::for_tests()).unwrap();
+    eprintln!("{}: {:?}", options(params, packed).params_description(), generated.text);
+    assert_eq!(generated.tokens, smollm2_reference().1);
+}
+
+#[test]
+fn smollm2_archive_dequantized() {
+    smollm2_generates_the_same_tokens(ParamsMode::Archive, PackedPolicy::Dequantize(DType::F32));
+}
+
+#[test]
+fn smollm2_reference_dequantized() {
+    smollm2_generates_the_same_tokens(ParamsMode::Reference, PackedPolicy::Dequantize(DType::F32));
+}
+
+#[test]
+fn smollm2_inline_kept() {
+    smollm2_generates_the_same_tokens(ParamsMode::Inline, PackedPolicy::Keep);
+}
+
+#[test]
+fn gemma3_end_to_end() {
+    let model = gemma3_path();
+    let (dir, _) = export_and_compile(&model, &options(ParamsMode::Reference, PackedPolicy::Keep));
+    let gguf = Gguf::open(&model).unwrap_or_else(|e| panic!("{e} (run `make setup`)"));
+    // Host-dequantized weights: the same values as in-graph, and the
+    // interpreter's 16 decodes do not dequantize the 262144-row head each time.
+    let weights = GgufWeights::new(&gguf, PackedPolicy::Dequantize(DType::F32)).unwrap();
+    let serving = Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
+    check_export(&model, dir.path(), &serving, &weights);
+}
+
+/// An HF checkpoint (safetensors + config.json, HF's rope layout) written
+/// from the SmolLM2 GGUF exports to a module whose logits are the GGUF's.
+#[test]
+fn smollm2_from_safetensors() {
+    let hf = tempfile::tempdir().unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/test/models/gguf_to_hf.py");
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/python");
+    let out = std::process::Command::new(python).arg(script).arg(smollm2_path()).arg(hf.path()).output().unwrap();
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    let (dir, summary) = export_and_compile(hf.path(), &options(ParamsMode::Reference, PackedPolicy::Fail));
+    assert_eq!(summary.manifest.format, "safetensors");
+    assert_eq!(summary.params_written, 0, "f32 safetensors are read in place");
+
+    let (gguf, _) = smollm2_reference();
+    let weights = GgufWeights::new(gguf, PackedPolicy::Dequantize(DType::F32)).unwrap();
+    let serving = Serving::new(&Family::from_gguf(gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
+    let tokenizer = Tokenizer::from_gguf(gguf).unwrap();
+    let ids = tokenizer.encode(PROMPT, tokenizer.add_bos_token());
+    let want = interp::run(&serving.prefill, &[ids_value(&ids)], &weights).unwrap()[0].to_f64_vec();
+    let got = run(dir.path(), "prefill", &[ids_value(&ids)], 3)[0].to_f64_vec();
+    let diff = max_abs_diff(&got, &want);
+    eprintln!("safetensors export (IREE) vs GGUF (interpreter): max |diff| {diff:e}");
+    assert!(diff <= 1e-3, "{diff}");
+    let vocab = got.len() / ids.len();
+    assert_eq!(argmax_rows(&got, vocab), argmax_rows(&want, vocab));
+}
