@@ -19,15 +19,9 @@ test: build
 	$(CARGO) run --example custom_model
 	$(LIT) -sv test/lit
 
+# SmolLM2-135M from its GGUF to a continuation through IREE.
 demo: build
-	@echo "== graph (examples/mlp.kiln) =="
-	@cat examples/mlp.kiln
-	@echo
-	@echo "== StableHLO (kiln lower) =="
-	@$(KILN) lower examples/mlp.kiln
-	@echo
-	@echo "== IREE vs reference interpreter (kiln check) =="
-	@$(KILN) check examples/mlp.kiln --show
+	@scripts/demo.sh
 
 # Figures (time, peak RSS, throughput); not part of `make test`.
 bench: setup

@@ -29,3 +29,106 @@ echo
 echo "== IRPA: streaming a 4 GiB + 3 byte entry (wall time, peak RSS of the test process) =="
 cargo test -q --release --lib --no-run 2>/dev/null  # build first: time only the test
 /usr/bin/time -f 'wall %e s, peak RSS %M KB' cargo test -q --release --lib params::irpa::tests::archive_beyond_4_gib -- --ignored 2>&1 | grep -E "test result|wall"
+
+# ---------------------------------------------------------------------------
+# Export: every --params mode on the real checkpoints and synthetic
+# multi-billion-parameter ones. Targets are printed next to the figures.
+bench=target/bench
+mkdir -p "$bench"
+mb() { echo "scale=1; $1/1000000" | bc; }
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+echo
+echo "== synthetic checkpoints (kiln dev synth) =="
+"$kiln" dev synth llama3-8b -o "$bench/llama3-8b.gguf"
+"$kiln" dev synth llama-1b -o "$bench/llama-1b.gguf"
+"$kiln" dev synth gemma3-4.5b -o "$bench/gemma3-4.5b.gguf" --data seeded
+
+# export NAME MODEL RUNS ARGS...: prints wall (median), peak RSS (median),
+# bytes written and, with an archive, its write throughput.
+declare -A rss_of
+export_row() {
+  local name=$1 model=$2 runs=$3; shift 3
+  local out="$bench/out-$name" walls=() rsss=() log
+  for _ in $(seq "$runs"); do
+    rm -rf "$out"
+    log=$( { /usr/bin/time -f 'TIME %e %M' "$kiln" export "$model" -o "$out" "$@"; } 2>&1 )
+    walls+=("$(echo "$log" | awk '/^TIME/ {print $2}')")
+    rsss+=("$(echo "$log" | awk '/^TIME/ {print $3}')")
+  done
+  local wall rss bytes archive
+  wall=$(printf '%s\n' "${walls[@]}" | median)
+  rss=$(printf '%s\n' "${rsss[@]}" | median)
+  rss_of[$name]=$rss
+  bytes=$(du -cb "$out" | tail -n 1 | cut -f1)
+  archive=$(echo "$log" | sed -n 's/.*archive: \([0-9]*\) bytes in \([0-9.]*\) s.*/\1 \2/p')
+  printf '%-34s %8s %10.1f %14s' "$name" "$wall" "$(echo "$rss/1024" | bc -l)" "$bytes"
+  if [ -n "$archive" ]; then
+    read -r abytes asecs <<< "$archive"
+    local ddsecs
+    ddsecs=$( { /usr/bin/time -f '%e' dd if=/dev/zero of="$bench/dd.bin" bs=1M count=$((abytes / 1048576)) conv=fsync status=none; } 2>&1 )
+    rm -f "$bench/dd.bin"
+    printf '   archive %6.0f MB/s, dd %6.0f MB/s, ratio %.2f' \
+      "$(echo "$abytes/$asecs/1000000" | bc -l)" "$(echo "$abytes/$ddsecs/1000000" | bc -l)" "$(echo "$ddsecs/$asecs" | bc -l)"
+  fi
+  echo
+}
+
+echo
+echo "== kiln export: wall s (median of 3, 1 for archives over 1 GB), peak RSS MB, bytes written =="
+printf '%-34s %8s %10s %14s\n' export "wall s" "RSS MB" "bytes"
+export_row smollm2-reference "$smollm2" 3 --packed keep
+export_row smollm2-archive-bf16 "$smollm2" 3 --params archive --packed dequantize --dtype bf16
+export_row smollm2-inline "$smollm2" 3 --params inline --packed keep
+export_row gemma3-270m-reference "$gemma3" 3 --packed keep
+export_row gemma3-270m-archive-bf16 "$gemma3" 3 --params archive --packed dequantize --dtype bf16
+export_row gemma3-270m-inline "$gemma3" 3 --params inline --packed keep
+export_row llama-1b-reference "$bench/llama-1b.gguf" 3 --packed keep
+export_row llama3-8b-reference "$bench/llama3-8b.gguf" 3 --packed keep
+export_row llama3-8b-inline "$bench/llama3-8b.gguf" 1 --params inline --packed keep
+rm -rf "$bench/out-llama3-8b-inline"
+export_row llama3-8b-archive-bf16 "$bench/llama3-8b.gguf" 1 --params archive --packed dequantize --dtype bf16
+rm -rf "$bench/out-llama3-8b-archive-bf16"
+export_row gemma3-4.5b-reference "$bench/gemma3-4.5b.gguf" 3 --packed keep
+export_row gemma3-4.5b-archive-f32 "$bench/gemma3-4.5b.gguf" 1 --params archive --packed dequantize --dtype f32
+
+echo
+echo "targets:"
+echo "  llama3-8b-reference: wall <= 3 s, peak RSS <= 300 MB and <= 1.25 x smollm2-reference" \
+  "(ratio $(echo "${rss_of[llama3-8b-reference]}/${rss_of[smollm2-reference]}" | bc -l | cut -c1-4))"
+echo "  llama3-8b-archive-bf16: peak RSS <= 1 GB, archive throughput >= 0.5 x dd"
+
+echo
+echo "== the 2 GiB F32 tensor (262144 x 2048, gemma3-4.5b token_embd.weight) through archive mode =="
+src_sum=$(.venv/bin/python - "$bench/gemma3-4.5b.gguf" "$bench/out-gemma3-4.5b-archive-f32/params.irpa" <<'PY'
+import hashlib, json, subprocess, sys
+def entry(path, name):
+    report = json.loads(subprocess.check_output(["target/release/kiln", "inspect", "--json", path]))
+    key = "tensors" if "tensors" in report else "entries"
+    e = next(t for t in report[key] if t["name"] == name)
+    return e["offset"], e["bytes"]
+def digest(path, offset, length):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        f.seek(offset)
+        while length:
+            chunk = f.read(min(length, 1 << 24))
+            h.update(chunk)
+            length -= len(chunk)
+    return h.hexdigest()
+name = "token_embd.weight"
+(so, sl), (ao, al) = entry(sys.argv[1], name), entry(sys.argv[2], name)
+print(f"source  {sl} bytes sha256 {digest(sys.argv[1], so, sl)}")
+print(f"archive {al} bytes sha256 {digest(sys.argv[2], ao, al)}")
+PY
+)
+echo "$src_sum"
+[ "$(echo "$src_sum" | awk '{print $4}' | uniq | wc -l)" = 1 ] && echo "checksums equal" || echo "CHECKSUMS DIFFER"
+rm -rf "$bench/out-gemma3-4.5b-archive-f32"
+
+echo
+echo "== iree-compile of the 1B synthetic export (reference params, llvm-cpu) =="
+/usr/bin/time -f 'iree-compile: wall %e s, peak RSS %M KB' .venv/bin/iree-compile \
+  --iree-input-type=stablehlo --iree-hal-target-device=local \
+  --iree-hal-local-target-device-backends=llvm-cpu --iree-llvmcpu-target-cpu=host \
+  "$bench/out-llama-1b-reference/model.mlir" -o "$bench/llama-1b.vmfb"

@@ -282,7 +282,7 @@ fn run(cli: Cli) -> Result<()> {
                 options.params_description(),
             );
             println!(
-                "  {} ops, {} params ({:.1}M elements), {} written, {} bytes written, {:.2} s, peak RSS {}",
+                "  {} ops, {} params ({:.1}M elements, {} of them written), {} bytes written, {:.2} s, peak RSS {}",
                 s.ops,
                 s.params,
                 s.param_elements as f64 / 1e6,
@@ -291,6 +291,9 @@ fn run(cli: Cli) -> Result<()> {
                 s.seconds,
                 s.peak_rss.map_or("unknown".into(), |b| format!("{:.1} MB", b as f64 / 1e6)),
             );
+            if let Some((bytes, seconds)) = s.archive {
+                println!("  archive: {bytes} bytes in {seconds:.2} s ({:.0} MB/s)", bytes as f64 / seconds / 1e6);
+            }
         }
         Command::Compile { dir } => {
             let start = std::time::Instant::now();

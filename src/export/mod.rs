@@ -275,6 +275,8 @@ pub struct ExportSummary {
     pub params_written: usize,
     /// Every file's bytes: module, archive and manifest.
     pub bytes_written: u64,
+    /// The archive's bytes and the seconds its writing took (with fsync).
+    pub archive: Option<(u64, f64)>,
     pub seconds: f64,
     /// Peak resident memory of the process (VmHWM), if the OS says.
     pub peak_rss: Option<u64>,
@@ -337,6 +339,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     std::fs::create_dir_all(dir).map_err(|error| ExportError::Io { path: dir.to_path_buf(), error })?;
     let mut written = Written::default();
     let mut parameters = Vec::new();
+    let mut archive_figures = None;
     if matches!(options.params, ParamsMode::Reference) && archived.len() < stored.len() {
         for file in source.tensor_files() {
             parameters.push(ParameterFile { scope: SOURCE_SCOPE.into(), file: absolute(file)? });
@@ -347,7 +350,9 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         let total = archived.iter().map(archive::derived_len).sum::<std::result::Result<u64, _>>()?;
         progress.start_bytes(total);
         let path = dir.join(ARCHIVE_FILE);
-        archive::write_derived_with_progress(&path, &archived, &mut |n| progress.advance(n))?;
+        let start = Instant::now();
+        let summary = archive::write_derived_with_progress(&path, &archived, &mut |n| progress.advance(n))?;
+        archive_figures = Some((summary.bytes_written, start.elapsed().as_secs_f64()));
         written.add(path)?;
         parameters.push(ParameterFile { scope: ARCHIVE_SCOPE.into(), file: ARCHIVE_FILE.into() });
     }
@@ -402,6 +407,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         param_elements,
         params_written: archived.len() + if options.params == ParamsMode::Inline { stored.len() } else { 0 },
         bytes_written: written.bytes,
+        archive: archive_figures,
         seconds: start.elapsed().as_secs_f64(),
         peak_rss: crate::peak_rss(),
     })

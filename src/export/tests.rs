@@ -94,9 +94,9 @@ fn assert_no_unused_params(dir: &Path) {
 
 /// Checks on one compiled export of a GGUF: signatures, IREE prefill
 /// logits against the interpreter's at every position, prefill + decode
-/// against the whole prefill, and `generate` against the interpreter's
-/// greedy tokens. Returns the generated text.
-fn check_export(model: &Path, dir: &Path, reference: &Serving, params: &dyn ParamSource) -> String {
+/// against the whole prefill, and `generate` against `greedy` (the
+/// interpreter's tokens, up to an end of generation). Returns the text.
+fn check_export(model: &Path, dir: &Path, reference: &Serving, params: &dyn ParamSource, greedy: &[u32]) -> String {
     let manifest = Manifest::read(dir).unwrap();
     let names: Vec<&str> = manifest.functions.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["prefill", "decode", "generate"]);
@@ -126,32 +126,35 @@ fn check_export(model: &Path, dir: &Path, reference: &Serving, params: &dyn Para
     eprintln!("prefill({}) + decode(1) vs prefill({n}) through IREE: {diff:e}", n - 1);
     assert!(diff <= 1e-4, "decode differs from the whole prefill by {diff}");
 
-    let start = Instant::now();
-    let want = reference.generate_reference(params, &ids, NEW_TOKENS).unwrap();
-    eprintln!("interpreter greedy {NEW_TOKENS} tokens: {:.1} s", start.elapsed().as_secs_f64());
     let generated = generate(dir, PROMPT, NEW_TOKENS, &Iree::for_tests()).unwrap();
     eprintln!("IREE generate: {:?} ({} tokens in {:.2} s)", generated.text, generated.tokens.len(), generated.seconds);
-    let eog = want.iter().position(|&t| tokenizer.is_eog(t)).map_or(want.len(), |i| i + 1);
-    assert_eq!(generated.tokens, want[..eog], "IREE's greedy tokens differ from the interpreter's");
+    assert_eq!(generated.tokens, greedy, "IREE's greedy tokens differ from the interpreter's");
     generated.text
 }
 
-/// The interpreter's greedy tokens for SmolLM2 (up to an end of
-/// generation), with host-dequantized weights: bit-identical to the
+/// The interpreter's greedy continuation of [`PROMPT`] (up to an end of
+/// generation) with host-dequantized weights: bit-identical to the
 /// in-graph dequantization, and faster to interpret.
+fn greedy_reference(gguf: &Gguf) -> Vec<u32> {
+    let weights = GgufWeights::new(gguf, PackedPolicy::Dequantize(DType::F32)).unwrap();
+    let serving = Serving::new(&Family::from_gguf(gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
+    let tokenizer = Tokenizer::from_gguf(gguf).unwrap();
+    let ids = tokenizer.encode(PROMPT, tokenizer.add_bos_token());
+    let start = Instant::now();
+    let mut tokens = serving.generate_reference(&weights, &ids, NEW_TOKENS).unwrap();
+    eprintln!("interpreter greedy {NEW_TOKENS} tokens: {:.1} s", start.elapsed().as_secs_f64());
+    if let Some(eog) = tokens.iter().position(|&t| tokenizer.is_eog(t)) {
+        tokens.truncate(eog + 1);
+    }
+    tokens
+}
+
+/// SmolLM2 and its [`greedy_reference`], computed once for every test.
 fn smollm2_reference() -> &'static (Gguf, Vec<u32>) {
     static REFERENCE: OnceLock<(Gguf, Vec<u32>)> = OnceLock::new();
     REFERENCE.get_or_init(|| {
         let gguf = Gguf::open(&smollm2_path()).unwrap_or_else(|e| panic!("{e} (run `make setup`)"));
-        let weights = GgufWeights::new(&gguf, PackedPolicy::Dequantize(DType::F32)).unwrap();
-        let serving = Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
-        let tokenizer = Tokenizer::from_gguf(&gguf).unwrap();
-        let ids = tokenizer.encode(PROMPT, tokenizer.add_bos_token());
-        let mut tokens = serving.generate_reference(&weights, &ids, NEW_TOKENS).unwrap();
-        if let Some(eog) = tokens.iter().position(|&t| tokenizer.is_eog(t)) {
-            tokens.truncate(eog + 1);
-        }
-        drop(serving);
+        let tokens = greedy_reference(&gguf);
         (gguf, tokens)
     })
 }
@@ -164,7 +167,7 @@ fn smollm2_end_to_end() {
     let gguf = Gguf::open(&model).unwrap();
     let weights = GgufWeights::new(&gguf, PackedPolicy::Keep).unwrap();
     let serving = Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
-    let text = check_export(&model, dir.path(), &serving, &weights);
+    let text = check_export(&model, dir.path(), &serving, &weights, &smollm2_reference().1);
     assert!(text.starts_with(" Paris"), "{text:?}");
 }
 
@@ -204,11 +207,9 @@ fn gemma3_end_to_end() {
     let model = gemma3_path();
     let (dir, _) = export_and_compile(&model, &options(ParamsMode::Reference, PackedPolicy::Keep));
     let gguf = Gguf::open(&model).unwrap_or_else(|e| panic!("{e} (run `make setup`)"));
-    // Host-dequantized weights: the same values as in-graph, and the
-    // interpreter's 16 decodes do not dequantize the 262144-row head each time.
-    let weights = GgufWeights::new(&gguf, PackedPolicy::Dequantize(DType::F32)).unwrap();
+    let weights = GgufWeights::new(&gguf, PackedPolicy::Keep).unwrap();
     let serving = Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
-    check_export(&model, dir.path(), &serving, &weights);
+    check_export(&model, dir.path(), &serving, &weights, &greedy_reference(&gguf));
 }
 
 /// An HF checkpoint (safetensors + config.json, HF's rope layout) written

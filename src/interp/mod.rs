@@ -295,6 +295,32 @@ impl ParamSource for HashMap<String, Value> {
     }
 }
 
+/// A [`ParamSource`] that reads each param from `source` once and hands out
+/// copies after: for graphs run many times (a decode loop) over params that
+/// are costly to produce (dequantized on every read).
+pub struct CachedParams<'a> {
+    source: &'a dyn ParamSource,
+    cache: std::cell::RefCell<HashMap<String, Value>>,
+}
+
+impl<'a> CachedParams<'a> {
+    /// Caches the params of `source`.
+    pub fn new(source: &'a dyn ParamSource) -> Self {
+        CachedParams { source, cache: Default::default() }
+    }
+}
+
+impl ParamSource for CachedParams<'_> {
+    fn param(&self, name: &str, ty: &TensorType) -> Result<Value, InterpError> {
+        if let Some(v) = self.cache.borrow().get(name).filter(|v| v.ty == *ty) {
+            return Ok(v.clone());
+        }
+        let v = self.source.param(name, ty)?;
+        self.cache.borrow_mut().insert(name.to_string(), v.clone());
+        Ok(v)
+    }
+}
+
 /// Why the interpreter could not run a graph; each names the value, input, param or node.
 #[derive(Debug, Error)]
 pub enum InterpError {

@@ -420,6 +420,7 @@ impl Serving {
             let last = &values[values.len() - vocab..];
             (0..vocab).fold(0, |best, i| if last[i] > last[best] { i } else { best }) as u32
         };
+        let params = &crate::interp::CachedParams::new(params);
         let mut state = crate::interp::run(&self.prefill, &[ids(prompt)?], params)?;
         let mut tokens = vec![pick(&state[0])];
         let room = (self.max_context + 1).saturating_sub(prompt.len());
