@@ -6,6 +6,9 @@
 //! `.mlir` + parameters; [`interp`] runs a graph on the CPU as the
 //! reference, and [`iree`] drives `iree-compile` and `iree-run-module`.
 
+// Every public item is documented; keep it so.
+#![warn(missing_docs)]
+
 pub mod check;
 pub mod export;
 pub mod graph;
@@ -66,6 +69,7 @@ pub struct AtomicFile {
 }
 
 impl AtomicFile {
+    /// Starts a file that [`AtomicFile::commit`] will put at `path`.
     pub fn create(path: &Path) -> std::io::Result<AtomicFile> {
         let mut builder = tempfile::Builder::new();
         builder.prefix(".kiln-");

@@ -35,30 +35,57 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use thiserror::Error;
 
+/// Why an export, compile or run failed; the wrapped errors name their file.
 #[derive(Debug, Error)]
 pub enum ExportError {
+    /// The checkpoint could not be read.
     #[error(transparent)]
     Weights(#[from] WeightsError),
+    /// Tracing the model failed, or the checkpoint does not fit its family.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// Lowering the graphs or writing the module failed.
     #[error(transparent)]
     Lower(#[from] LowerError),
+    /// Deriving params or writing `params.irpa` failed.
     #[error(transparent)]
     Params(#[from] ParamsError),
+    /// The checkpoint's tokenizer could not be read.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// `iree-compile` or `iree-run-module` failed.
     #[error(transparent)]
     Iree(#[from] IreeError),
+    /// An `.npy` file exchanged with `iree-run-module` could not be written or read.
     #[error(transparent)]
     Npy(#[from] npy::NpyError),
+    /// The checkpoint (or the prompt for it) is not one kiln can use.
     #[error("{path}: {message}")]
-    Source { path: PathBuf, message: String },
+    Source {
+        /// The checkpoint, or the file in it at fault.
+        path: PathBuf,
+        /// What is wrong, and what to do instead.
+        message: String,
+    },
+    /// A file or directory could not be created, written or read.
     #[error("{path}: {error}")]
-    Io { path: PathBuf, error: std::io::Error },
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O error.
+        error: std::io::Error,
+    },
+    /// The directory is not a complete export, or its module is not compiled.
     #[error("{path}: not a kiln export ({message}); run `kiln export MODEL -o DIR` first")]
-    Manifest { path: PathBuf, message: String },
+    Manifest {
+        /// The manifest, or the `model.vmfb` not yet compiled.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
 }
 
+/// This module's result type.
 pub type Result<T> = std::result::Result<T, ExportError>;
 
 /// Where params' values come from at run time.
@@ -74,9 +101,13 @@ pub enum ParamsMode {
     Inline,
 }
 
+/// How [`export`] stores params and which module form it writes.
 #[derive(Clone, Debug)]
 pub struct ExportOptions {
+    /// Where params' values come from at run time.
     pub params: ParamsMode,
+    /// What quantized checkpoint tensors become; its dequantize dtype is
+    /// replaced by [`ExportOptions::dtype`].
     pub packed: PackedPolicy,
     /// Dequantized params' dtype, and in archive mode every dense param's.
     pub dtype: DType,
@@ -124,10 +155,13 @@ impl Progress for () {}
 
 /// A checkpoint opened for export: the mapped files and what they hold.
 pub enum Source {
+    /// A `.gguf` file.
     Gguf(Gguf),
     /// An HF directory: `config.json` and safetensors.
     Hf {
+        /// The directory.
         dir: PathBuf,
+        /// Its config and mapped safetensors.
         checkpoint: HfCheckpoint,
     },
 }
@@ -163,6 +197,7 @@ impl Source {
         }
     }
 
+    /// `gguf` or `safetensors`, as the manifest records it.
     pub fn format(&self) -> &'static str {
         match self {
             Source::Gguf(_) => "gguf",
@@ -170,6 +205,7 @@ impl Source {
         }
     }
 
+    /// The model family and its hyper-parameters, from the checkpoint's metadata.
     pub fn family(&self) -> Result<Family> {
         Ok(match self {
             Source::Gguf(gguf) => Family::from_gguf(gguf)?,
@@ -215,40 +251,57 @@ impl Source {
 /// `manifest.json`: what an export holds and how to run it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Manifest {
+    /// The kiln version that wrote the export.
     pub kiln_version: String,
     /// The checkpoint (a file or an HF directory), absolute: `kiln run`
     /// reads its tokenizer.
     pub source: PathBuf,
+    /// The checkpoint's format: `gguf` or `safetensors` ([`Source::format`]).
     pub format: String,
+    /// The model family, as in `general.architecture` ([`Family::name`]).
     pub architecture: String,
     /// The module file, relative to the directory.
     pub module: String,
+    /// Where params' values come from at run time.
     pub params: ParamsMode,
+    /// The packed policy the export used, as [`PackedPolicy`] displays it.
     pub packed: String,
+    /// Positions of the KV cache: the most prompt plus generated tokens.
     pub max_context: usize,
     /// `--parameters=SCOPE=FILE` bindings; relative files are in the directory.
     pub parameters: Vec<ParameterFile>,
+    /// The module's public functions: `prefill`, `decode` and `generate`.
     pub functions: Vec<Signature>,
 }
 
+/// One `--parameters=SCOPE=FILE` binding.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ParameterFile {
+    /// The scope of `#flow.parameter.named<"SCOPE"::NAME>` ([`SOURCE_SCOPE`]
+    /// or [`ARCHIVE_SCOPE`]).
     pub scope: String,
+    /// The file: absolute, or relative to the export directory.
     pub file: PathBuf,
 }
 
+/// A function of the module, with its argument and result types.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Signature {
+    /// The function's name.
     pub name: String,
+    /// Argument types as MLIR prints them (`tensor<1x?xi32>`).
     pub inputs: Vec<String>,
+    /// Result types, likewise.
     pub outputs: Vec<String>,
 }
 
 impl Manifest {
+    /// The manifest's file name in an export directory.
     pub const FILE: &'static str = "manifest.json";
     /// What `kiln compile` writes next to the module.
     pub const VMFB: &'static str = "model.vmfb";
 
+    /// Reads `dir`'s manifest; [`ExportError::Manifest`] if it is missing or malformed.
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join(Self::FILE);
         let text = std::fs::read_to_string(&path)
@@ -265,9 +318,11 @@ impl Manifest {
 /// What an export did, for the summary line.
 #[derive(Clone, Debug)]
 pub struct ExportSummary {
+    /// The manifest as written.
     pub manifest: Manifest,
     /// Graph ops over every function (params and inputs excluded).
     pub ops: usize,
+    /// Distinct params over every function.
     pub params: usize,
     /// Elements over every param.
     pub param_elements: u64,
@@ -277,8 +332,9 @@ pub struct ExportSummary {
     pub bytes_written: u64,
     /// The archive's bytes and the seconds its writing took (with fsync).
     pub archive: Option<(u64, f64)>,
+    /// Wall time of the whole export.
     pub seconds: f64,
-    /// Peak resident memory of the process (VmHWM), if the OS says.
+    /// Peak resident memory of the process in bytes (VmHWM), if the OS says.
     pub peak_rss: Option<u64>,
 }
 
@@ -474,9 +530,11 @@ pub fn compile(dir: &Path, iree: &Iree) -> Result<PathBuf> {
 /// What [`generate`] produced.
 #[derive(Clone, Debug)]
 pub struct Generation {
+    /// The prompt's token ids, as the checkpoint's tokenizer encoded it.
     pub prompt_tokens: Vec<u32>,
     /// The new tokens, up to and including an end-of-generation token.
     pub tokens: Vec<u32>,
+    /// `tokens` decoded.
     pub text: String,
     /// Wall time of the `iree-run-module` call (module load, prefill, decode).
     pub seconds: f64,

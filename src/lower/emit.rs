@@ -18,10 +18,13 @@ use std::path::Path;
 /// The form a module is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Emit {
-    /// MLIR text. With `elide_resources_over: Some(n)`, resource blobs over
-    /// `n` bytes print as an `"__elided__"`-style placeholder: readable, but
-    /// no longer compilable; `None` prints every blob in full.
-    Mlir { elide_resources_over: Option<usize> },
+    /// MLIR text.
+    Mlir {
+        /// With `Some(n)`, resource blobs over `n` bytes print as an
+        /// `"__elided__"`-style placeholder: readable, but no longer
+        /// compilable; `None` prints every blob in full.
+        elide_resources_over: Option<usize>,
+    },
     /// MLIR bytecode (`.mlirbc`), which `iree-compile` reads like text.
     Mlirbc,
 }

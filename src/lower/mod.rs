@@ -40,18 +40,51 @@ use thiserror::Error;
 pub use emit::{write_module, write_module_to_path, Emit};
 pub use generate::GreedyLoop;
 
+/// Why lowering, printing or writing a module failed; errors about one op
+/// name its graph node and carry MLIR's diagnostics.
 #[derive(Debug, Error)]
 pub enum LowerError {
+    /// One node (or param) could not be lowered.
     #[error("node %{node} ({op}): {message}{}", fmt_diagnostics(.diagnostics))]
-    Node { node: String, op: &'static str, message: String, diagnostics: Vec<String> },
+    Node {
+        /// The graph node's name (or the param's).
+        node: String,
+        /// The op being lowered: `add`, `param`, `return`, ...
+        op: &'static str,
+        /// What went wrong.
+        message: String,
+        /// MLIR diagnostics emitted while building the op.
+        diagnostics: Vec<String>,
+    },
+    /// The finished module failed MLIR verification: a kiln bug.
     #[error("the lowered module failed MLIR verification; this is a kiln bug, please report it with the graph{}", fmt_diagnostics(.diagnostics))]
-    Verify { diagnostics: Vec<String> },
+    Verify {
+        /// MLIR's verifier diagnostics.
+        diagnostics: Vec<String>,
+    },
+    /// The module, or a param attribute's text, could not be printed.
     #[error("cannot print the module: {0}")]
     Print(String),
+    /// A param's inline bytes do not match its global's size.
     #[error("param \"{param}\": inline bytes are {got} but its global holds {ty} ({}); pass the param's raw little-endian bytes", match .expected { Some(n) => format!("{n} bytes"), None => "a size that overflows".into() })]
-    InlineParamSize { param: String, ty: TensorType, expected: Option<usize>, got: usize },
+    InlineParamSize {
+        /// The param's name.
+        param: String,
+        /// The global's (stored) type.
+        ty: TensorType,
+        /// Its size in bytes; `None` when that overflows `usize`.
+        expected: Option<usize>,
+        /// The bytes given.
+        got: usize,
+    },
+    /// Writing the module file failed.
     #[error("cannot write the module to {path}: {source}")]
-    Write { path: std::path::PathBuf, source: std::io::Error },
+    Write {
+        /// The module file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 fn fmt_diagnostics(diagnostics: &[String]) -> String {
@@ -86,6 +119,7 @@ impl Default for Session {
 }
 
 impl Session {
+    /// A fresh context with `func` loaded and unregistered dialects allowed.
     pub fn new() -> Self {
         let context = Context::new();
         DialectHandle::func().register_dialect(&context);
@@ -102,6 +136,7 @@ impl Session {
         Session { context, diagnostics }
     }
 
+    /// The MLIR context that modules lowered in this session live in.
     pub fn context(&self) -> &Context {
         &self.context
     }

@@ -48,8 +48,11 @@ impl<'t> Cache<'t> {
 
 /// Both caches and where this call's tokens start (`tensor<i32>`).
 pub struct KvCache<'t> {
+    /// Every layer's keys.
     pub keys: Cache<'t>,
+    /// Every layer's values.
     pub values: Cache<'t>,
+    /// The position of this call's first token, `tensor<i32>`.
     pub start: Tensor<'t>,
 }
 

@@ -67,6 +67,7 @@ enum Files {
 /// memory-mapped safetensors. [`SafetensorsWeights`] borrows it.
 #[derive(Debug)]
 pub struct HfCheckpoint {
+    /// The parsed `config.json`.
     pub config: HfConfig,
     files: Files,
 }
@@ -122,6 +123,7 @@ impl HfCheckpoint {
 /// dtype (or [`SafetensorsWeights::with_cast`]'s), and the same values for
 /// the interpreter ([`ParamSource`]).
 pub struct SafetensorsWeights<'c> {
+    /// The checkpoint read.
     pub checkpoint: &'c HfCheckpoint,
     /// Every tensor is declared as this dtype instead of its own (an
     /// archive of one dtype); `None` keeps them as stored, read in place.

@@ -53,6 +53,8 @@ pub struct Config {
 }
 
 impl Config {
+    /// Reads the `llama.*` keys; refuses another architecture, and what
+    /// this front-end does not compute.
     pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
         let arch = gguf.get_str("general.architecture")?;
         if arch != "llama" {
@@ -278,6 +280,7 @@ impl<'t> Block<'t> {
 /// (`output.weight`, or `token_embd.weight` when tied: then one param).
 pub struct Llama<'t> {
     tracer: &'t Tracer,
+    /// The hyper-parameters the model was loaded with.
     pub config: Config,
     token_embd: Weight<'t>,
     blocks: Vec<Block<'t>>,
@@ -286,6 +289,7 @@ pub struct Llama<'t> {
 }
 
 impl<'t> Llama<'t> {
+    /// Declares every weight in `t`, checking each shape against `c`.
     pub fn load(t: &'t Tracer, c: &Config, weights: &dyn Checkpoint) -> Result<Self> {
         let c = c.clone();
         let (vocab, hidden) = (c.vocab_size, c.embedding_length);

@@ -54,36 +54,79 @@ impl std::fmt::Display for PackedPolicy {
     }
 }
 
+/// Why a checkpoint cannot be traced: an unsupported family or tensor, or
+/// one that does not match the config.
 #[derive(Debug, Error)]
 pub enum ModelError {
+    /// Tracing the forward pass failed.
     #[error(transparent)]
     Trace(#[from] TraceError),
+    /// The checkpoint's metadata or tensors could not be read.
     #[error(transparent)]
     Weights(#[from] WeightsError),
+    /// The GGUF's `general.architecture` is not a supported family.
     #[error("unknown general.architecture \"{0}\" (supported: llama, gemma3)")]
     UnknownArchitecture(String),
+    /// The HF `config.json`'s `model_type` is not a supported family.
     #[error("unknown config.json model_type \"{0}\" (supported: llama, mistral)")]
     UnknownModelType(String),
+    /// A quantized tensor under [`PackedPolicy::Fail`].
     #[error("tensor \"{name}\" is packed as {ty}: choose `--packed dequantize` (dense f32/f16/bf16 params, written to an archive at export) or `--packed keep` (the checkpoint's raw blocks, dequantized inside the graph)")]
-    Packed { name: String, ty: GgmlType },
+    Packed {
+        /// The tensor's name.
+        name: String,
+        /// Its ggml type.
+        ty: GgmlType,
+    },
+    /// A dequantize or cast dtype that is not f32, f16 or bf16.
     #[error("--packed dequantize needs f32, f16 or bf16, not {0}")]
     DequantizeDType(DType),
+    /// The front-end asked for a tensor the checkpoint lacks.
     #[error("tensor \"{0}\" is missing from the checkpoint")]
     MissingTensor(String),
+    /// A tensor missing from an HF checkpoint, under both its names.
     #[error("tensor \"{hf}\" (GGUF \"{gguf}\") is missing from the checkpoint")]
-    MissingHfTensor { gguf: String, hf: String },
+    MissingHfTensor {
+        /// The GGUF name the front-end asked for.
+        gguf: String,
+        /// The HF name it maps to.
+        hf: String,
+    },
+    /// A GGUF tensor name with no HF counterpart in the mapping table.
     #[error("tensor \"{0}\" has no Hugging Face name in the llama family's table")]
     NoHfName(String),
+    /// A safetensors tensor whose dtype cannot be a param.
     #[error("tensor \"{name}\" is stored as {dtype}; safetensors params must be F32, F16 or BF16")]
-    UnsupportedDType { name: String, dtype: StDType },
+    UnsupportedDType {
+        /// The tensor's (HF) name.
+        name: String,
+        /// Its stored dtype.
+        dtype: StDType,
+    },
+    /// A GGUF tensor whose ggml type graphs cannot load.
     #[error("tensor \"{name}\" has ggml type {ty}, which graphs cannot load (F32, F16, BF16 and the types trace::dequant supports)")]
-    UnsupportedType { name: String, ty: GgmlType },
+    UnsupportedType {
+        /// The tensor's name.
+        name: String,
+        /// Its ggml type.
+        ty: GgmlType,
+    },
+    /// A tensor's shape differs from the one the config implies.
     #[error("tensor \"{name}\" has shape {found:?}, the config needs {expected:?}")]
-    TensorShape { name: String, expected: Vec<usize>, found: Vec<usize> },
+    TensorShape {
+        /// The tensor's name.
+        name: String,
+        /// The shape the config implies (row-major, `[out, in]` for a matrix).
+        expected: Vec<usize>,
+        /// The shape stored.
+        found: Vec<usize>,
+    },
+    /// Metadata that is inconsistent or asks for an unsupported feature.
     #[error("config: {0}")]
     Config(String),
 }
 
+/// This module's result type.
 pub type Result<T> = std::result::Result<T, ModelError>;
 
 /// A checkpoint as the front-ends see it. Tensors are asked for by
@@ -134,7 +177,9 @@ fn param_value(checkpoint: &dyn Checkpoint, name: &str, ty: &TensorType) -> std:
 /// as a param ([`GgufWeights::param_type`], [`Checkpoint::load`]), and the
 /// same values for the interpreter ([`ParamSource`]).
 pub struct GgufWeights<'g, D: AsRef<[u8]>> {
+    /// The parsed, mapped file.
     pub gguf: &'g Gguf<D>,
+    /// What quantized tensors become.
     pub packed: PackedPolicy,
     /// Dense float tensors are declared as this dtype instead of their own
     /// (an archive of one dtype); `None` keeps them as stored.
@@ -142,6 +187,7 @@ pub struct GgufWeights<'g, D: AsRef<[u8]>> {
 }
 
 impl<'g, D: AsRef<[u8]>> GgufWeights<'g, D> {
+    /// Reads `gguf` under `packed`; fails if a dequantize dtype is not a float.
     pub fn new(gguf: &'g Gguf<D>, packed: PackedPolicy) -> Result<Self> {
         if let PackedPolicy::Dequantize(dtype) = packed {
             if !dtype.is_float() {
@@ -220,7 +266,9 @@ impl<D: AsRef<[u8]>> Checkpoint for GgufWeights<'_, D> {
 /// what it takes to read it as f32.
 #[derive(Clone, Debug)]
 pub struct Weight<'t> {
+    /// The param's name, as in the source file.
     pub name: String,
+    /// The param as declared: dense, or packed blocks as `[nbytes]` i8.
     pub raw: Tensor<'t>,
     /// The ggml type of `raw`'s blocks when the param is kept packed.
     pub packed: Option<GgmlType>,
@@ -265,6 +313,7 @@ impl<'t> Weight<'t> {
 /// A decoder-only language model traced into one function: what the entry
 /// points need from a family.
 pub trait Decoder<'t> {
+    /// Rows of the output head: the logits' last dim.
     fn vocab_size(&self) -> usize;
 
     /// The key and value caches' types for `max_context` positions:
@@ -280,7 +329,9 @@ pub trait Decoder<'t> {
 /// A model family with its hyper-parameters: what a checkpoint holds.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Family {
+    /// Llama, Mistral, SmolLM2, ... ([`llama`]).
     Llama(llama::Config),
+    /// Gemma 3 text models ([`gemma3`]).
     Gemma3(gemma3::Config),
 }
 
@@ -369,14 +420,21 @@ pub fn greedy_pick(name: &str, seq: usize, vocab: usize) -> Result<Graph> {
 /// The serving graphs of a model: [`entry_points`] with one-token decode
 /// and the pickers of [`crate::lower::GreedyLoop`].
 pub struct Serving {
+    /// `prefill(tokens: tensor<1x?xi32>) -> (logits, keys, values)`.
     pub prefill: Graph,
+    /// `decode(tokens: tensor<1x1xi32>, position, keys, values) -> (logits,
+    /// keys, values)`.
     pub decode: Graph,
+    /// [`greedy_pick`] over prefill's `[1, ?, vocab]` logits.
     pub pick_prefill: Graph,
+    /// [`greedy_pick`] over decode's `[1, 1, vocab]` logits.
     pub pick_decode: Graph,
+    /// Positions of the KV cache: prompt plus generated tokens.
     pub max_context: usize,
 }
 
 impl Serving {
+    /// Traces the four graphs of `family` over `weights`.
     pub fn new(family: &Family, weights: &dyn Checkpoint, max_context: usize) -> Result<Serving> {
         let [prefill, decode]: [Graph; 2] =
             entry_points(family, weights, max_context, 1)?.try_into().expect("two entry points");
@@ -390,6 +448,8 @@ impl Serving {
         })
     }
 
+    /// These graphs as the [`crate::lower::GreedyLoop`] that lowering turns
+    /// into `generate`.
     pub fn greedy_loop(&self) -> crate::lower::GreedyLoop<'_> {
         crate::lower::GreedyLoop {
             prefill: &self.prefill,
