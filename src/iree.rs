@@ -161,3 +161,16 @@ fn run_tool(mut cmd: Command) -> Result<String, IreeError> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    /// `kiln_compile` in cmake/KilnExport.cmake passes what `kiln compile` does.
+    #[test]
+    fn cmake_module_compiles_with_the_same_flags() {
+        let cmake = include_str!("../cmake/KilnExport.cmake");
+        let start = cmake.find("set(KILN_IREE_COMPILE_FLAGS").expect("KILN_IREE_COMPILE_FLAGS is set");
+        let end = start + cmake[start..].find("CACHE STRING").expect("as a cache variable");
+        let flags: Vec<&str> = cmake[start..end].split('"').skip(1).step_by(2).collect();
+        assert_eq!(flags, super::COMPILE_FLAGS);
+    }
+}

@@ -982,7 +982,7 @@ fn split_gpt2(cs: &[char], base: usize, words: &mut Vec<Range<usize>>) {
 
 /// GPT-2's `bytes_to_unicode`: the printable Latin-1 bytes stand for
 /// themselves, the other 68 for U+0100.. in byte order (a space is `Ġ`).
-fn gpt2_alphabet() -> [char; 256] {
+pub(crate) fn gpt2_alphabet() -> [char; 256] {
     let mut table = [char::from(0); 256];
     for (b, c) in table.iter_mut().enumerate() {
         *c = char::from(b as u8);

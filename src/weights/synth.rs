@@ -11,9 +11,13 @@
 //! llama.cpp's Q4_K_M recipe (`llama_tensor_get_type` in
 //! `src/llama-quant.cpp`): Q4_K by default; `attn_v` and `ffn_down` Q6_K on
 //! the layers [`use_more_bits`] picks; the output head Q6_K (the token
-//! embedding too when it doubles as the head); norms F32.
+//! embedding too when it doubles as the head); norms F32. The `tiny-llama`
+//! preset exports in milliseconds and compiles in about 20 CPU-seconds, for
+//! end-to-end tests: llama.cpp's Q8_0 mix (every matrix Q8_0, norms F32) and
+//! a byte-level GPT-2 vocabulary, so `kiln run` can tokenize a prompt for it.
 
 use super::ggml::GgmlType;
+use super::gguf::ValueType;
 use super::gguf_writer::{GgufWriter, TensorData, Value, WriteSummary};
 use super::WeightsError;
 use std::fmt;
@@ -22,6 +26,11 @@ use std::str::FromStr;
 
 /// llama.cpp's `LLAMA_FTYPE_MOSTLY_Q4_K_M`, for `general.file_type`.
 const FTYPE_MOSTLY_Q4_K_M: u32 = 15;
+/// llama.cpp's `LLAMA_FTYPE_MOSTLY_Q8_0`.
+const FTYPE_MOSTLY_Q8_0: u32 = 7;
+/// `LLAMA_TOKEN_TYPE_NORMAL` and `_CONTROL`, for `tokenizer.ggml.token_type`.
+const TOKEN_TYPE_NORMAL: i32 = 1;
+const TOKEN_TYPE_CONTROL: i32 = 3;
 /// `GGML_QNT_VERSION`, for `general.quantization_version`.
 const QNT_VERSION: u32 = 2;
 
@@ -41,6 +50,35 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Gemma3 => "gemma3",
+        }
+    }
+}
+
+/// How the matrices are quantized: one of llama.cpp's `--ftype` mixes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quant {
+    /// `Q4_K_M`: Q4_K, with Q6_K where [`use_more_bits`] says and for the head.
+    Q4KM,
+    /// `Q8_0`: every matrix Q8_0.
+    Q8_0,
+}
+
+impl Quant {
+    /// `general.file_type`.
+    pub fn file_type(self) -> u32 {
+        match self {
+            Quant::Q4KM => FTYPE_MOSTLY_Q4_K_M,
+            Quant::Q8_0 => FTYPE_MOSTLY_Q8_0,
+        }
+    }
+
+    /// The type of a matrix; `more_bits` for those the `_M` mixes favour
+    /// (some `attn_v` and `ffn_down`, the output head).
+    pub fn matrix(self, more_bits: bool) -> GgmlType {
+        match (self, more_bits) {
+            (Quant::Q4KM, false) => GgmlType::Q4_K,
+            (Quant::Q4KM, true) => GgmlType::Q6_K,
+            (Quant::Q8_0, _) => GgmlType::Q8_0,
         }
     }
 }
@@ -76,8 +114,15 @@ pub struct SynthConfig {
     pub sliding_window: Option<usize>,
     /// No `output.weight`: the head reuses `token_embd.weight`.
     pub tied_embeddings: bool,
-    /// Overrides the Q4_K_M choice for `token_embd.weight`.
+    /// Overrides the mix's choice for `token_embd.weight`.
     pub token_embd_type: Option<GgmlType>,
+    /// The quantization mix.
+    pub quant: Quant,
+    /// Writes a byte-level BPE vocabulary (`tokenizer.ggml.model` `gpt2`,
+    /// no merges): token `b` is byte `b` in GPT-2's alphabet, and tokens
+    /// past 255 are control tokens `<|reserved_N|>`. Needs a vocabulary of
+    /// at least 256 tokens.
+    pub byte_tokenizer: bool,
 }
 
 /// The built-in sizes.
@@ -91,11 +136,14 @@ pub enum Preset {
     Gemma3_4_5b,
     /// Llama 3.2 1B as Q4_K_M, tied embeddings: 1.24B parameters.
     Llama1b,
+    /// A llama of 2 blocks, width 64 and 256 byte tokens as Q8_0 (106,816
+    /// parameters), with a tokenizer: quick to export and compile.
+    TinyLlama,
 }
 
 impl Preset {
     /// Every preset.
-    pub const ALL: [Preset; 3] = [Preset::Llama3_8b, Preset::Gemma3_4_5b, Preset::Llama1b];
+    pub const ALL: [Preset; 4] = [Preset::Llama3_8b, Preset::Gemma3_4_5b, Preset::Llama1b, Preset::TinyLlama];
 
     /// The preset's command-line name: `llama3-8b`.
     pub fn name(self) -> &'static str {
@@ -103,6 +151,7 @@ impl Preset {
             Preset::Llama3_8b => "llama3-8b",
             Preset::Gemma3_4_5b => "gemma3-4.5b",
             Preset::Llama1b => "llama-1b",
+            Preset::TinyLlama => "tiny-llama",
         }
     }
 
@@ -127,6 +176,8 @@ impl Preset {
                 sliding_window: None,
                 tied_embeddings: false,
                 token_embd_type: None,
+                quant: Quant::Q4KM,
+                byte_tokenizer: false,
             },
             // Gemma 3 shapes (head_dim 256, 262144 vocabulary) at Gemma-3n-E2B's
             // width; 35 layers make 4,500,794,880 parameters.
@@ -146,6 +197,8 @@ impl Preset {
                 sliding_window: Some(1024),
                 tied_embeddings: true,
                 token_embd_type: Some(GgmlType::F32),
+                quant: Quant::Q4KM,
+                byte_tokenizer: false,
             },
             // Llama-3.2-1B config.json (its rope scaling left out: kiln's
             // llama front-end does not support rope_freqs yet).
@@ -165,6 +218,29 @@ impl Preset {
                 sliding_window: None,
                 tied_embeddings: true,
                 token_embd_type: None,
+                quant: Quant::Q4KM,
+                byte_tokenizer: false,
+            },
+            // Llama-shaped (GQA, SwiGLU, untied head) but tiny; every row
+            // is a whole number of Q8_0 blocks (32 elements).
+            Preset::TinyLlama => SynthConfig {
+                arch: Arch::Llama,
+                name,
+                block_count: 2,
+                embedding_length: 64,
+                feed_forward_length: 128,
+                head_count: 4,
+                head_count_kv: 2,
+                head_dim: 16,
+                vocab_size: 256,
+                context_length: 2048,
+                rope_freq_base: 10000.0,
+                rms_norm_eps: 1e-5,
+                sliding_window: None,
+                tied_embeddings: false,
+                token_embd_type: None,
+                quant: Quant::Q8_0,
+                byte_tokenizer: true,
             },
         }
     }
@@ -210,37 +286,37 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
     let (hidden, ff, vocab) = (c.embedding_length, c.feed_forward_length, c.vocab_size);
     let (q_dim, kv_dim) = (c.head_count * c.head_dim, c.head_count_kv * c.head_dim);
     let n = c.block_count;
-    let q4_k_m = |more_bits: bool| if more_bits { GgmlType::Q6_K } else { GgmlType::Q4_K };
+    let q = |more_bits: bool| c.quant.matrix(more_bits);
     let mut out: Vec<SynthTensor> = Vec::new();
     let mut add = |name: String, shape: &[usize], ty| out.push((name, shape.to_vec(), ty));
 
     // Tied, the embedding is quantized as the output head would be.
-    let embd_type = c.token_embd_type.unwrap_or(q4_k_m(c.tied_embeddings));
+    let embd_type = c.token_embd_type.unwrap_or(q(c.tied_embeddings));
     add("token_embd.weight".into(), &[vocab, hidden], embd_type);
     for i in 0..n {
         let blk = |t: &str| format!("blk.{i}.{t}.weight");
         let more = use_more_bits(i, n);
         add(blk("attn_norm"), &[hidden], GgmlType::F32);
-        add(blk("attn_q"), &[q_dim, hidden], GgmlType::Q4_K);
-        add(blk("attn_k"), &[kv_dim, hidden], GgmlType::Q4_K);
-        add(blk("attn_v"), &[kv_dim, hidden], q4_k_m(more));
-        add(blk("attn_output"), &[hidden, q_dim], GgmlType::Q4_K);
+        add(blk("attn_q"), &[q_dim, hidden], q(false));
+        add(blk("attn_k"), &[kv_dim, hidden], q(false));
+        add(blk("attn_v"), &[kv_dim, hidden], q(more));
+        add(blk("attn_output"), &[hidden, q_dim], q(false));
         if c.arch == Arch::Gemma3 {
             add(blk("attn_q_norm"), &[c.head_dim], GgmlType::F32);
             add(blk("attn_k_norm"), &[c.head_dim], GgmlType::F32);
             add(blk("post_attention_norm"), &[hidden], GgmlType::F32);
         }
         add(blk("ffn_norm"), &[hidden], GgmlType::F32);
-        add(blk("ffn_gate"), &[ff, hidden], GgmlType::Q4_K);
-        add(blk("ffn_up"), &[ff, hidden], GgmlType::Q4_K);
-        add(blk("ffn_down"), &[hidden, ff], q4_k_m(more));
+        add(blk("ffn_gate"), &[ff, hidden], q(false));
+        add(blk("ffn_up"), &[ff, hidden], q(false));
+        add(blk("ffn_down"), &[hidden, ff], q(more));
         if c.arch == Arch::Gemma3 {
             add(blk("post_ffw_norm"), &[hidden], GgmlType::F32);
         }
     }
     add("output_norm.weight".into(), &[hidden], GgmlType::F32);
     if !c.tied_embeddings {
-        add("output.weight".into(), &[vocab, hidden], GgmlType::Q6_K);
+        add("output.weight".into(), &[vocab, hidden], q(true));
     }
     out
 }
@@ -253,7 +329,7 @@ pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter, WeightsError> 
     let int = |v: usize| u32::try_from(v).map(Value::U32).unwrap_or(Value::U64(v as u64));
     w.add("general.architecture", arch)?;
     w.add("general.name", c.name.as_str())?;
-    w.add("general.file_type", FTYPE_MOSTLY_Q4_K_M)?;
+    w.add("general.file_type", c.quant.file_type())?;
     w.add("general.quantization_version", QNT_VERSION)?;
     let mut keys = vec![
         ("context_length", int(c.context_length)),
@@ -277,10 +353,37 @@ pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter, WeightsError> 
     for (key, value) in keys {
         w.add(&format!("{arch}.{key}"), value)?;
     }
+    if c.byte_tokenizer {
+        add_byte_tokenizer(&mut w, c.vocab_size, path)?;
+    }
     for (name, shape, ty) in tensors(c) {
         w.add_tensor(&name, &shape, ty)?;
     }
     Ok(w)
+}
+
+/// `tokenizer.ggml.*` of a byte-level BPE vocabulary without merges, as
+/// llama.cpp's `gpt2` tokenizer reads it: a text becomes one token per byte.
+fn add_byte_tokenizer(w: &mut GgufWriter, vocab_size: usize, path: &Path) -> Result<(), WeightsError> {
+    if vocab_size < 256 {
+        return Err(WeightsError::Format {
+            path: path.to_path_buf(),
+            message: format!("a byte-level vocabulary needs 256 tokens or more, not {vocab_size}"),
+        });
+    }
+    let alphabet = crate::tokenizer::gpt2_alphabet();
+    let tokens = (0..vocab_size).map(|i| match alphabet.get(i) {
+        Some(c) => c.to_string(),
+        None => format!("<|reserved_{}|>", i - 256),
+    });
+    let types = (0..vocab_size).map(|i| Value::I32(if i < 256 { TOKEN_TYPE_NORMAL } else { TOKEN_TYPE_CONTROL }));
+    w.add("tokenizer.ggml.model", "gpt2")?;
+    w.add("tokenizer.ggml.pre", "gpt-2")?;
+    w.add("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens.map(Value::String).collect()))?;
+    w.add("tokenizer.ggml.token_type", Value::Array(ValueType::I32, types.collect()))?;
+    w.add("tokenizer.ggml.merges", Value::Array(ValueType::String, Vec::new()))?;
+    w.add("tokenizer.ggml.add_bos_token", false)?;
+    Ok(())
 }
 
 /// Writes the synthetic checkpoint to `path` (atomically, in bounded memory).
@@ -313,6 +416,7 @@ mod tests {
         assert_eq!(params(Preset::Llama3_8b), 8_030_261_248);
         assert_eq!(params(Preset::Llama1b), 1_235_814_400);
         assert_eq!(params(Preset::Gemma3_4_5b), 4_500_794_880);
+        assert_eq!(params(Preset::TinyLlama), 106_816);
         assert_eq!(tensors(&Preset::Llama3_8b.config()).len(), 2 + 32 * 9 + 1);
         assert_eq!(tensors(&Preset::Gemma3_4_5b.config()).len(), 1 + 35 * 13 + 1);
         let w = writer(&Preset::Gemma3_4_5b.config(), Path::new("g.gguf")).unwrap();
@@ -368,6 +472,59 @@ mod tests {
         let graph = llama::prefill(&c, &weights, crate::graph::DYNAMIC).unwrap();
         // One param per tensor: the tied head is token_embd itself.
         assert_eq!(graph.params().count(), g.tensors().len());
+    }
+
+    #[test]
+    fn tiny_llama_exports_and_tokenizes() {
+        use crate::models::{Family, GgufWeights, PackedPolicy, Serving};
+        use crate::tokenizer::Tokenizer;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        write(&Preset::TinyLlama.config(), &path, SynthData::Seeded(0)).unwrap();
+        let g = Gguf::open(&path).unwrap();
+        assert_eq!(g.get_u64("general.file_type").unwrap(), 7);
+        for t in g.tensors() {
+            let expected = if t.shape().len() == 2 { GgmlType::Q8_0 } else { GgmlType::F32 };
+            assert_eq!(t.ggml_type, expected, "{}", t.name);
+            let values = quant::dequantize_to_vec(t.ggml_type, t.data).unwrap();
+            assert!(values.iter().all(|v| v.is_finite()), "{}", t.name);
+        }
+        let c = Config::from_gguf(&g).unwrap();
+        assert_eq!((c.block_count, c.embedding_length, c.head_count, c.head_count_kv, c.head_dim), (2, 64, 4, 2, 16));
+        assert_eq!(c.vocab_size, 256);
+
+        let weights = GgufWeights::new(&g, PackedPolicy::Keep).unwrap();
+        let serving = Serving::new(&Family::from_gguf(&g).unwrap(), &weights, 16).unwrap();
+        let session = crate::lower::Session::new();
+        let module = session
+            .lower_serving(&serving.greedy_loop(), &Default::default(), &Default::default())
+            .expect("the tiny model lowers to a verified module");
+        drop(module);
+        // Untied: token_embd and output are both params.
+        assert_eq!(serving.prefill.params().count(), g.tensors().len());
+
+        // One token per byte, each byte's own id; decoding gives the bytes back.
+        let tok = Tokenizer::from_gguf(&g).unwrap();
+        assert_eq!(tok.vocab_size(), 256);
+        assert!(!tok.add_bos_token());
+        let text = "héllo wörld\n";
+        let ids = tok.encode(text, false);
+        assert_eq!(ids, text.bytes().map(u32::from).collect::<Vec<_>>());
+        assert_eq!(tok.decode(&ids), text);
+        assert!((0..256).all(|id| !tok.is_eog(id)));
+    }
+
+    #[test]
+    fn byte_tokenizer_reserves_tokens_past_256() {
+        let c = SynthConfig { vocab_size: 260, ..Preset::TinyLlama.config() };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.gguf");
+        write(&c, &path, SynthData::Zeros).unwrap();
+        let tok = crate::tokenizer::Tokenizer::from_gguf(&Gguf::open(&path).unwrap()).unwrap();
+        assert_eq!(tok.encode("a<|reserved_3|>", false), [97, 259]);
+        let small = SynthConfig { vocab_size: 255, ..c };
+        let e = write(&small, &path, SynthData::Zeros).unwrap_err().to_string();
+        assert!(e.contains("a byte-level vocabulary needs 256 tokens or more, not 255"), "{e}");
     }
 
     #[test]
