@@ -245,7 +245,8 @@ function(kiln_export)
     KILN_EXPORT_DIR "${dir}"
     KILN_MODULE "${module}"
     KILN_MANIFEST "${manifest}"
-    KILN_FLAGFILE "${flagfile}")
+    KILN_FLAGFILE "${flagfile}"
+    KILN_PARAMS "${arg_PARAMS}")
 
   set("${arg_NAME}_EXPORT_DIR" "${dir}" PARENT_SCOPE)
   set("${arg_NAME}_MODULE" "${module}" PARENT_SCOPE)
@@ -274,6 +275,13 @@ function(kiln_compile)
 
   get_target_property(dir "${arg_NAME}_export" KILN_EXPORT_DIR)
   get_target_property(module "${arg_NAME}_export" KILN_MODULE)
+  get_target_property(params "${arg_NAME}_export" KILN_PARAMS)
+  # As manifest.json's compile_flags: inline weights are constants, which
+  # iree-compile would otherwise evaluate the in-graph dequantization of.
+  set(mode_flags "")
+  if(params STREQUAL "inline")
+    set(mode_flags --iree-opt-const-eval=false)
+  endif()
   if(DEFINED arg_OUTPUT)
     set(vmfb "${arg_OUTPUT}")
     cmake_path(ABSOLUTE_PATH vmfb BASE_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}" NORMALIZE)
@@ -289,7 +297,7 @@ function(kiln_compile)
   add_custom_command(
     OUTPUT "${vmfb}"
     COMMAND "${CMAKE_COMMAND}" -E make_directory "${vmfb_dir}"
-    COMMAND "${IREE_COMPILE_EXECUTABLE}" ${KILN_IREE_COMPILE_FLAGS} ${arg_FLAGS} "${module}" -o "${vmfb}"
+    COMMAND "${IREE_COMPILE_EXECUTABLE}" ${KILN_IREE_COMPILE_FLAGS} ${mode_flags} ${arg_FLAGS} "${module}" -o "${vmfb}"
     DEPENDS "${module}" "${arg_NAME}_export" ${tool}
     COMMENT "Compiling ${arg_NAME} with iree-compile: ${vmfb}"
     VERBATIM)

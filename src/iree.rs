@@ -111,17 +111,17 @@ impl Iree {
     /// Compiles an `.mlir`/`.mlirbc` file for the host CPU into `vmfb`,
     /// written atomically.
     pub fn compile(&self, mlir: &Path, vmfb: &Path) -> Result<(), IreeError> {
-        let dir = vmfb.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let tmp = tempfile::Builder::new().suffix(".vmfb").tempfile_in(dir).map_err(|error| IreeError::Io {
-            context: format!("creating a temporary file in {}", dir.display()),
-            error,
-        })?;
+        self.compile_with(mlir, vmfb, &[])
+    }
+
+    /// [`Iree::compile`] with `extra` flags after the target's.
+    pub fn compile_with(&self, mlir: &Path, vmfb: &Path, extra: &[String]) -> Result<(), IreeError> {
+        let io = |error| IreeError::Io { context: format!("writing {}", vmfb.display()), error };
+        let tmp = crate::AtomicFile::create(vmfb).map_err(io)?;
         let mut cmd = Command::new(&self.compile);
-        cmd.args(COMPILE_FLAGS).arg(mlir).arg("-o").arg(tmp.path());
+        cmd.args(COMPILE_FLAGS).args(extra).arg(mlir).arg("-o").arg(tmp.path());
         run_tool(cmd)?;
-        tmp.persist(vmfb)
-            .map_err(|e| IreeError::Io { context: format!("writing {}", vmfb.display()), error: e.error })?;
-        Ok(())
+        tmp.commit().map_err(io)
     }
 
     /// Runs `function` of a compiled module; inputs and outputs are `.npy`

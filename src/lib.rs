@@ -88,6 +88,11 @@ impl AtomicFile {
         }
     }
 
+    /// Where the temporary file is, for a tool that writes it by name.
+    pub fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+
     /// The temporary file, to write, seek and size freely before committing.
     pub fn file(&mut self) -> &mut File {
         self.tmp.as_file_mut()

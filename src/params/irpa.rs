@@ -277,13 +277,9 @@ pub fn write_archive(
 ) -> Result<ArchiveSummary, ParamsError> {
     let layout = layout(entries)?;
     let io_err = |op: &'static str| move |source| ParamsError::Io { path: path.to_path_buf(), op, source };
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = tempfile::Builder::new()
-        .prefix(".kiln-irpa-")
-        .tempfile_in(dir)
-        .map_err(io_err("create a temporary file for"))?;
-    // Dropping `out` on any early return deletes the temporary file.
-    let mut out = BufWriter::with_capacity(BUFFER_CAPACITY, tmp);
+    let mut file = crate::AtomicFile::create(path).map_err(io_err("create a temporary file for"))?;
+    // Dropping `file` on any early return deletes the temporary file.
+    let mut out = BufWriter::with_capacity(BUFFER_CAPACITY, file.file());
     out.write_all(&encode_head(entries, &layout)).map_err(io_err("write"))?;
     let mut pos = layout.storage_segment.offset;
     for (index, (spec, place)) in entries.iter().zip(&layout.entries).enumerate() {
@@ -310,13 +306,9 @@ pub fn write_archive(
         pos = start + storage.length;
     }
     write_zeros(&mut out, layout.file_size - pos).map_err(io_err("write"))?;
-    let tmp = out.into_inner().map_err(|e| io_err("write")(e.into_error()))?;
-    tmp.as_file().sync_all().map_err(io_err("sync"))?;
-    tmp.persist(path).map_err(|e| io_err("rename a temporary file to")(e.error))?;
-    // Make the rename itself durable; best effort, the file is complete either way.
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
-    }
+    out.flush().map_err(io_err("write"))?;
+    drop(out);
+    file.commit().map_err(io_err("sync and rename a temporary file to"))?;
     Ok(ArchiveSummary { bytes_written: layout.file_size, entries: entries.len() })
 }
 

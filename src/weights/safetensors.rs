@@ -17,7 +17,6 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::fs::File;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -439,22 +438,13 @@ pub fn write(
     // Padding keeps the data section 8-byte aligned.
     text.extend(std::iter::repeat_n(' ', text.len().next_multiple_of(8) - text.len()));
 
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let tmp = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
-    let mut out = BufWriter::new(tmp);
-    out.write_all(&(text.len() as u64).to_le_bytes()).map_err(io)?;
-    out.write_all(text.as_bytes()).map_err(io)?;
-    for (.., data) in &order {
-        out.write_all(data).map_err(io)?;
-    }
-    let tmp = out.into_inner().map_err(|e| io(e.into_error()))?;
-    tmp.as_file().sync_all().map_err(io)?;
     // On failure the temporary file is dropped, which deletes it.
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    Ok(())
+    crate::write_atomically_with(path, |out| {
+        out.write_all(&(text.len() as u64).to_le_bytes())?;
+        out.write_all(text.as_bytes())?;
+        order.iter().try_for_each(|(.., data)| out.write_all(data))
+    })
+    .map_err(io)
 }
 
 /// A header entry as written, before validation.
