@@ -1,7 +1,6 @@
 # kiln: `make demo` and `make test` work on a fresh Debian machine as root.
 CARGO ?= cargo
 LIT := /usr/lib/llvm-22/bin/lit
-KILN := target/debug/kiln
 
 .PHONY: setup build test demo bench clean
 

@@ -132,3 +132,17 @@ echo "== iree-compile of the 1B synthetic export (reference params, llvm-cpu) ==
   --iree-input-type=stablehlo --iree-hal-target-device=local \
   --iree-hal-local-target-device-backends=llvm-cpu --iree-llvmcpu-target-cpu=host \
   "$bench/out-llama-1b-reference/model.mlir" -o "$bench/llama-1b.vmfb"
+
+echo
+echo "== decode through IREE: SmolLM2 reference export, generate with 1 and 17 new tokens (median of 3) =="
+"$kiln" export "$smollm2" -o "$bench/out-smollm2-run" --packed keep --max-context 64 > /dev/null
+/usr/bin/time -f 'kiln compile: wall %e s, peak RSS %M KB' "$kiln" compile "$bench/out-smollm2-run"
+run_secs() {
+  for _ in 1 2 3; do
+    "$kiln" run "$bench/out-smollm2-run" --prompt "The capital of France is" --max-new-tokens "$1" 2>&1 >/dev/null \
+      | sed -n 's/.* in \([0-9.]*\) s .*/\1/p'
+  done | median
+}
+one=$(run_secs 1)
+many=$(run_secs 17)
+echo "generate 1 token: $one s, 17 tokens: $many s -> decode $(echo "16/($many-$one)" | bc -l | cut -c1-5) tokens/s"

@@ -238,3 +238,35 @@ fn smollm2_from_safetensors() {
     let vocab = got.len() / ids.len();
     assert_eq!(argmax_rows(&got, vocab), argmax_rows(&want, vocab));
 }
+
+/// Bad input stops the export with an error that names it, and leaves no
+/// file behind.
+#[test]
+fn export_errors_name_the_culprit_and_leave_nothing() {
+    use crate::weights::synth::{self, Preset, SynthData};
+    let work = tempfile::tempdir().unwrap();
+    let model = work.path().join("tiny.gguf");
+    synth::write(&Preset::TinyLlama.config(), &model, SynthData::Seeded(0)).unwrap();
+    let out = work.path().join("out");
+    let fail = |model: &Path, options: &ExportOptions| export(model, &out, options, &mut ()).unwrap_err().to_string();
+
+    let e = fail(&model, &ExportOptions::default());
+    assert!(e.contains("is packed as Q8_0") && e.contains("--packed dequantize") && e.contains("--packed keep"), "{e}");
+    let e = fail(&work.path().join("model.bin"), &ExportOptions::default());
+    assert!(e.contains("a .gguf file or an HF directory"), "{e}");
+    let e = fail(work.path(), &ExportOptions::default());
+    assert!(e.contains("config.json"), "{e}");
+    let mut truncated = std::fs::read(&model).unwrap();
+    truncated.truncate(truncated.len() / 2);
+    std::fs::write(work.path().join("cut.gguf"), truncated).unwrap();
+    let e = fail(&work.path().join("cut.gguf"), &options(ParamsMode::Reference, PackedPolicy::Keep));
+    assert!(e.contains("cut.gguf"), "{e}");
+    assert!(!out.join(Manifest::FILE).exists() && !out.join("model.mlir").exists(), "nothing is written");
+
+    let e = generate(&out, PROMPT, 1, &Iree::for_tests()).unwrap_err().to_string();
+    assert!(e.contains("not a kiln export") && e.contains("kiln export MODEL -o DIR"), "{e}");
+    let summary = export(&model, &out, &options(ParamsMode::Archive, PackedPolicy::Keep), &mut ()).unwrap();
+    assert_eq!(summary.manifest.parameters.len(), 1, "archive mode binds the archive only");
+    let e = generate(&out, PROMPT, 1, &Iree::for_tests()).unwrap_err().to_string();
+    assert!(e.contains("kiln compile DIR"), "{e}");
+}
