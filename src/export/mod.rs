@@ -234,6 +234,15 @@ impl Source {
         })
     }
 
+    /// Drops `bytes` (read by a streaming writer) from resident memory.
+    pub fn release(&self, bytes: &[u8]) {
+        match self {
+            Source::Gguf(gguf) => gguf.release(bytes),
+            // Safetensors pages stay mapped until the export ends.
+            Source::Hf { .. } => {}
+        }
+    }
+
     /// The checkpoint's own tokenizer.
     pub fn tokenizer(&self) -> Result<Tokenizer> {
         match self {
@@ -364,6 +373,18 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     let serving = Serving::new(&family, &*weights, options.max_context)?;
     let graphs = serving.greedy_loop().graphs();
     let names: BTreeSet<&str> = graphs.iter().flat_map(|g| g.params().map(|(_, name, _)| name)).collect();
+    // What the summary and manifest say about the graphs, taken now: the
+    // graphs are dropped once lowered, before the module is written.
+    let ops = graphs.iter().flat_map(|g| g.nodes()).filter(|n| !matches!(n.op, Op::Param { .. } | Op::Input)).count();
+    let param_elements = graphs
+        .iter()
+        .flat_map(|g| g.params())
+        .map(|(_, name, ty)| (name, ty.num_elements() as u64))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .values()
+        .sum();
+    let functions: Vec<Signature> =
+        [&serving.prefill, &serving.decode].into_iter().map(signature).chain([generate_signature(&serving)]).collect();
     let stored: Vec<DerivedParam<'_>> =
         names.iter().map(|name| weights.stored(name)).collect::<std::result::Result<_, _>>()?;
 
@@ -395,6 +416,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     progress.stage("lowering");
     let session = Session::new();
     let module = session.lower_serving(&serving.greedy_loop(), &LowerOptions::default(), &inits)?;
+    drop(serving);
 
     std::fs::create_dir_all(dir).map_err(|error| ExportError::Io { path: dir.to_path_buf(), error })?;
     let mut written = Written::default();
@@ -410,8 +432,12 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         let total = archived.iter().map(archive::derived_len).sum::<std::result::Result<u64, _>>()?;
         progress.start_bytes(total);
         let path = dir.join(ARCHIVE_FILE);
+        let source_ref = &source;
         let start = Instant::now();
-        let summary = archive::write_derived_with_progress(&path, &archived, &mut |n| progress.advance(n))?;
+        let summary = archive::write_derived_with(&path, &archived, &mut |source, written| {
+            source_ref.release(source);
+            progress.advance(written);
+        })?;
         archive_figures = Some((summary.bytes_written, start.elapsed().as_secs_f64()));
         written.add(path)?;
         parameters.push(ParameterFile { scope: ARCHIVE_SCOPE.into(), file: ARCHIVE_FILE.into() });
@@ -447,11 +473,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
             ParamsMode::Inline => vec!["--iree-opt-const-eval=false".into()],
             _ => vec![],
         },
-        functions: [&serving.prefill, &serving.decode]
-            .into_iter()
-            .map(signature)
-            .chain([generate_signature(&serving)])
-            .collect(),
+        functions,
     };
     let manifest_path = dir.join(Manifest::FILE);
     let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes") + "\n";
@@ -459,14 +481,6 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         .map_err(|error| written.abandon(ExportError::Io { path: manifest_path.clone(), error }))?;
     written.add(manifest_path)?;
 
-    let ops = graphs.iter().flat_map(|g| g.nodes()).filter(|n| !matches!(n.op, Op::Param { .. } | Op::Input)).count();
-    let param_elements = graphs
-        .iter()
-        .flat_map(|g| g.params())
-        .map(|(_, name, ty)| (name, ty.num_elements() as u64))
-        .collect::<std::collections::BTreeMap<_, _>>()
-        .values()
-        .sum();
     Ok(ExportSummary {
         manifest,
         ops,

@@ -102,17 +102,19 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// source to its target dtype chunk by chunk. Every entry is checked before
 /// the file is touched; the archive appears complete or not at all.
 pub fn write_derived(path: &Path, params: &[DerivedParam<'_>]) -> Result<ArchiveSummary, ParamsError> {
-    write_in_chunks(path, params, CHUNK_BYTES, &mut |_| {})
+    write_in_chunks(path, params, CHUNK_BYTES, &mut |_, _| {})
 }
 
-/// [`write_derived`], calling `progress` with the bytes of each chunk as it
-/// is written (for a progress bar).
-pub fn write_derived_with_progress(
+/// [`write_derived`], calling `chunk_done(source, written)` after each
+/// chunk with the source bytes it read and the bytes it wrote: for a
+/// progress bar, and to release mapped source pages as the archive passes
+/// them ([`crate::weights::gguf::Gguf::release`]).
+pub fn write_derived_with(
     path: &Path,
     params: &[DerivedParam<'_>],
-    progress: &mut dyn FnMut(u64),
+    chunk_done: &mut dyn FnMut(&[u8], u64),
 ) -> Result<ArchiveSummary, ParamsError> {
-    write_in_chunks(path, params, CHUNK_BYTES, progress)
+    write_in_chunks(path, params, CHUNK_BYTES, chunk_done)
 }
 
 /// The bytes each param takes in an archive.
@@ -188,7 +190,7 @@ fn write_in_chunks(
     path: &Path,
     params: &[DerivedParam<'_>],
     chunk_bytes: usize,
-    progress: &mut dyn FnMut(u64),
+    chunk_done: &mut dyn FnMut(&[u8], u64),
 ) -> Result<ArchiveSummary, ParamsError> {
     let mut plans = Vec::with_capacity(params.len());
     let mut specs = Vec::with_capacity(params.len());
@@ -204,7 +206,7 @@ fn write_in_chunks(
         match plans[i] {
             Plan::Copy => p.source.chunks(chunk_bytes.max(1)).try_for_each(|c| {
                 out.write_all(c)?;
-                progress(c.len() as u64);
+                chunk_done(c, c.len() as u64);
                 Ok(())
             }),
             Plan::Convert { from, values: per_chunk } => {
@@ -215,7 +217,7 @@ fn write_in_chunks(
                     quant::dequantize(from, src, &mut values).map_err(io::Error::other)?;
                     encode(&values, p.target, &mut bytes);
                     out.write_all(&bytes)?;
-                    progress(bytes.len() as u64);
+                    chunk_done(src, bytes.len() as u64);
                 }
                 Ok(())
             }
@@ -348,13 +350,13 @@ pub(crate) mod tests {
         ];
         let dir = tempfile::tempdir().unwrap();
         let whole = dir.path().join("whole.irpa");
-        write_in_chunks(&whole, &params, 1 << 30, &mut |_| {}).unwrap();
+        write_in_chunks(&whole, &params, 1 << 30, &mut |_, _| {}).unwrap();
         let whole = std::fs::read(&whole).unwrap();
         // 1: one block or one value per chunk; 1000: 1 Q4_K block (512 bytes
         // of bf16), 500 f16 values; 1537: 3 blocks, 768 values; and the default.
         for chunk in [1, 1000, 1537, CHUNK_BYTES] {
             let path = dir.path().join(format!("chunk{chunk}.irpa"));
-            write_in_chunks(&path, &params, chunk, &mut |_| {}).unwrap();
+            write_in_chunks(&path, &params, chunk, &mut |_, _| {}).unwrap();
             assert!(std::fs::read(&path).unwrap() == whole, "chunks of {chunk} bytes change the archive");
         }
         let archive = IrpaArchive::open(&dir.path().join("chunk1000.irpa")).unwrap();
