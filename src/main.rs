@@ -98,6 +98,10 @@ enum Command {
         /// Module form; by default bytecode with `--params inline`, else text.
         #[arg(long, value_enum)]
         emit: Option<EmitForm>,
+        /// With `--emit mlir`, print inline weights in full (hex) instead
+        /// of eliding those over 1 MiB: the text then compiles.
+        #[arg(long)]
+        full_resources: bool,
     },
     /// Compile an export with iree-compile for this CPU (writes DIR/model.vmfb).
     Compile { dir: PathBuf },
@@ -248,7 +252,7 @@ fn run(cli: Cli) -> Result<()> {
                 anyhow::bail!("IREE's results differ from the reference interpreter (rtol {rtol}, atol {atol})");
             }
         }
-        Command::Export { model, output, params, packed, dtype, max_context, emit: form } => {
+        Command::Export { model, output, params, packed, dtype, max_context, emit: form, full_resources } => {
             let dtype: DType = dtype.parse().map_err(|e| anyhow::anyhow!("--dtype: {e}"))?;
             let options = ExportOptions {
                 params: match params {
@@ -264,7 +268,8 @@ fn run(cli: Cli) -> Result<()> {
                 dtype,
                 max_context,
                 emit: form.map(|f| match f {
-                    EmitForm::Mlir => Emit::default(),
+                    EmitForm::Mlir if full_resources => Emit::default(),
+                    EmitForm::Mlir => Emit::Mlir { elide_resources_over: Some(1 << 20) },
                     EmitForm::Mlirbc => Emit::Mlirbc,
                 }),
             };

@@ -75,12 +75,20 @@ pub enum ExportError {
         /// The I/O error.
         error: std::io::Error,
     },
-    /// The directory is not a complete export, or its module is not compiled.
+    /// The directory is not a complete export.
     #[error("{path}: not a kiln export ({message}); run `kiln export MODEL -o DIR` first")]
     Manifest {
-        /// The manifest, or the `model.vmfb` not yet compiled.
+        /// The manifest.
         path: PathBuf,
         /// What is wrong.
+        message: String,
+    },
+    /// The export cannot do this yet: not compiled, or not compilable.
+    #[error("{path}: {message}")]
+    NotReady {
+        /// The module, or the `model.vmfb` not yet compiled.
+        path: PathBuf,
+        /// What is missing and what to run.
         message: String,
     },
 }
@@ -279,6 +287,10 @@ pub struct Manifest {
     pub max_context: usize,
     /// `--parameters=SCOPE=FILE` bindings; relative files are in the directory.
     pub parameters: Vec<ParameterFile>,
+    /// Inline weights were elided from the text (`--emit mlir` without
+    /// `--full-resources`): readable, not compilable.
+    #[serde(default)]
+    pub elided_resources: bool,
     /// iree-compile flags this module needs besides the target's
     /// ([`crate::iree::COMPILE_FLAGS`]).
     #[serde(default)]
@@ -466,6 +478,8 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         packed: options.packed.to_string(),
         max_context: options.max_context,
         parameters,
+        elided_resources: options.params == ParamsMode::Inline
+            && matches!(emit, Emit::Mlir { elide_resources_over: Some(_) }),
         compile_flags: match options.params {
             // Inline weights are constants: iree-compile would evaluate the
             // in-graph dequantization of all of them at compile time (over
@@ -547,6 +561,14 @@ impl Written {
 /// Compiles an export's module into `model.vmfb` next to it.
 pub fn compile(dir: &Path, iree: &Iree) -> Result<PathBuf> {
     let manifest = Manifest::read(dir)?;
+    if manifest.elided_resources {
+        return Err(ExportError::NotReady {
+            path: dir.join(&manifest.module),
+            message: "its inline weights are elided for reading; export with `--emit mlirbc` (the default for \
+                      inline params) or `--emit mlir --full-resources` to compile"
+                .into(),
+        });
+    }
     let vmfb = dir.join(Manifest::VMFB);
     iree.compile_with(&dir.join(&manifest.module), &vmfb, &manifest.compile_flags)?;
     Ok(vmfb)
@@ -571,7 +593,7 @@ pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) ->
     let manifest = Manifest::read(dir)?;
     let vmfb = dir.join(Manifest::VMFB);
     if !vmfb.is_file() {
-        return Err(ExportError::Manifest {
+        return Err(ExportError::NotReady {
             path: vmfb,
             message: "the module is not compiled; run `kiln compile DIR`".into(),
         });

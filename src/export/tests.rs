@@ -268,5 +268,18 @@ fn export_errors_name_the_culprit_and_leave_nothing() {
     let summary = export(&model, &out, &options(ParamsMode::Archive, PackedPolicy::Keep), &mut ()).unwrap();
     assert_eq!(summary.manifest.parameters.len(), 1, "archive mode binds the archive only");
     let e = generate(&out, PROMPT, 1, &Iree::for_tests()).unwrap_err().to_string();
-    assert!(e.contains("kiln compile DIR"), "{e}");
+    assert!(e.contains("not compiled; run `kiln compile DIR`") && !e.contains("not a kiln export"), "{e}");
+
+    // Text with elided weights is for reading; compiling it is refused.
+    let elided = ExportOptions {
+        emit: Some(Emit::Mlir { elide_resources_over: Some(16) }),
+        ..options(ParamsMode::Inline, PackedPolicy::Keep)
+    };
+    export(&model, &out, &elided, &mut ()).unwrap();
+    let text = std::fs::read_to_string(out.join("model.mlir")).unwrap();
+    // A printed blob is one line of hex, as long as twice its bytes.
+    let longest = text.lines().map(str::len).max().unwrap();
+    assert!(text.contains("dense_resource<") && longest < 1000, "blobs are elided: a {longest}-byte line");
+    let e = compile(&out, &Iree::for_tests()).unwrap_err().to_string();
+    assert!(e.contains("--emit mlirbc") && e.contains("--full-resources"), "{e}");
 }
