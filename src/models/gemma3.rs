@@ -409,22 +409,11 @@ mod tests {
     use super::*;
     use crate::interp::{self, Value};
     use crate::lower::{lower_to_string, LowerOptions};
-    use crate::models::testing::{gguf_bytes, Fill, Meta};
+    use crate::models::testing::{gemma3_path, gguf_bytes, Fill, Meta};
     use crate::models::{GgufWeights, PackedPolicy};
     use crate::tokenizer::Tokenizer;
-    use std::path::PathBuf;
     use std::process::Command;
     use std::time::Instant;
-
-    /// The Gemma-3-270M Q4_K_M checkpoint `make setup` assembles (as
-    /// test/checkpoints.py resolves `gemma3`).
-    fn gemma3_path() -> PathBuf {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .expect("HOME or XDG_CACHE_HOME is set");
-        cache.join("kiln/gemma-3-270m-q4_k_m.gguf")
-    }
 
     fn keep<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> GgufWeights<'_, D> {
         GgufWeights::new(gguf, PackedPolicy::Keep).unwrap()

