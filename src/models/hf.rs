@@ -227,7 +227,6 @@ mod tests {
     use std::process::Command;
     use std::time::Instant;
 
-
     #[test]
     fn llama_names_map_to_hf() {
         let cases = [

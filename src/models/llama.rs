@@ -371,7 +371,6 @@ mod tests {
     use crate::models::{Family, GgufWeights, PackedPolicy};
     use std::time::Instant;
 
-
     fn keep<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> GgufWeights<'_, D> {
         GgufWeights::new(gguf, PackedPolicy::Keep).unwrap()
     }
