@@ -30,7 +30,7 @@ const LLAMA_NAMES: [(&str, &str); 3] = [
 
 /// The llama family's per-block tensors: `blk.{i}.` + GGUF suffix is
 /// `model.layers.{i}.` + HF suffix.
-const LLAMA_BLOCK_NAMES: [(&str, &str); 9] = [
+const LLAMA_BLOCK_NAMES: [(&str, &str); 14] = [
     ("attn_norm.weight", "input_layernorm.weight"),
     ("attn_q.weight", "self_attn.q_proj.weight"),
     ("attn_k.weight", "self_attn.k_proj.weight"),
@@ -40,6 +40,12 @@ const LLAMA_BLOCK_NAMES: [(&str, &str); 9] = [
     ("ffn_gate.weight", "mlp.gate_proj.weight"),
     ("ffn_up.weight", "mlp.up_proj.weight"),
     ("ffn_down.weight", "mlp.down_proj.weight"),
+    // Qwen2's projection biases, Qwen3's per-head query and key norms.
+    ("attn_q.bias", "self_attn.q_proj.bias"),
+    ("attn_k.bias", "self_attn.k_proj.bias"),
+    ("attn_v.bias", "self_attn.v_proj.bias"),
+    ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+    ("attn_k_norm.weight", "self_attn.k_norm.weight"),
 ];
 
 /// The HF name of the llama-family tensor that GGUF calls `gguf`, if the
@@ -246,7 +252,12 @@ mod tests {
         for (gguf, hf) in cases {
             assert_eq!(llama_hf_name(gguf).as_deref(), Some(hf), "{gguf}");
         }
-        for gguf in ["blk.0.attn_q_norm.weight", "blk.x.attn_q.weight", "blk..attn_q.weight", "rope_freqs.weight"] {
+        assert_eq!(llama_hf_name("blk.3.attn_q.bias").as_deref(), Some("model.layers.3.self_attn.q_proj.bias"));
+        assert_eq!(
+            llama_hf_name("blk.3.attn_k_norm.weight").as_deref(),
+            Some("model.layers.3.self_attn.k_norm.weight")
+        );
+        for gguf in ["blk.0.ffn_up.bias", "blk.x.attn_q.weight", "blk..attn_q.weight", "rope_freqs.weight"] {
             assert_eq!(llama_hf_name(gguf), None, "{gguf}");
         }
     }
@@ -460,9 +471,10 @@ mod tests {
         let checkpoint = HfCheckpoint::open(dir.path()).unwrap();
         let weights = SafetensorsWeights::new(&checkpoint).unwrap();
         let t = Tracer::new("t");
-        let e = weights.load(&t, "blk.0.attn_q_norm.weight", &[8]).unwrap_err().to_string();
-        assert_eq!(e, "tensor \"blk.0.attn_q_norm.weight\" has no Hugging Face name in the llama family's table");
-        assert!(!weights.contains("blk.0.attn_q_norm.weight"));
+        let e = weights.load(&t, "blk.0.ffn_up.bias", &[8]).unwrap_err().to_string();
+        assert_eq!(e, "tensor \"blk.0.ffn_up.bias\" has no Hugging Face name in the llama family's table");
+        assert!(!weights.contains("blk.0.ffn_up.bias"));
+        assert!(!weights.contains("blk.0.attn_q_norm.weight"), "a llama checkpoint has no q norm");
         let e = weights.param("nope", &TensorType::new([1], DType::F32)).unwrap_err().to_string();
         assert_eq!(e, "param \"nope\" is missing from the weights");
 

@@ -18,7 +18,7 @@
 
 use super::{merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
 use crate::graph::{DType, Graph, TensorType};
-use crate::trace::nn::{attention, causal_mask, Rope, RopeStyle, Rotation};
+use crate::trace::nn::{attention, causal_mask, Rope, RopeScaling, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
 use crate::weights::hf_config::HfConfig;
@@ -47,9 +47,15 @@ pub struct Config {
     pub rms_norm_eps: f64,
     /// `llama.vocab_size`, else the rows of `token_embd.weight`
     pub vocab_size: usize,
-    /// Which features RoPE pairs: adjacent ones in GGUF (llama.cpp's
-    /// converter permuted Q/K rows for it), `(i, i + d/2)` in HF checkpoints.
+    /// Which features RoPE pairs: adjacent ones in GGUF llama (llama.cpp's
+    /// converter permuted Q/K rows for it), `(i, i + d/2)` in HF checkpoints
+    /// and in GGUF qwen2/qwen3 (llama.cpp's `LLAMA_ROPE_TYPE_NEOX`).
     pub rope_style: RopeStyle,
+    /// Frequency scaling: GGUF `*.rope.scaling.type = linear`, or HF
+    /// `rope_scaling` (linear, Llama 3.1's `llama3`).
+    pub rope_scaling: RopeScaling,
+    /// `general.architecture` or `model_type`: llama, mistral, qwen2, qwen3.
+    pub architecture: String,
 }
 
 impl Config {
@@ -57,22 +63,31 @@ impl Config {
     /// this front-end does not compute.
     pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
         let arch = gguf.get_str("general.architecture")?;
-        if arch != "llama" {
-            return Err(ModelError::UnknownArchitecture(arch.to_string()));
-        }
-        let int = |key: &str| gguf.get_u64(key).map(|v| v as usize);
-        let int_or = |key: &str, default: usize| if gguf.get(key).is_some() { int(key) } else { Ok(default) };
-        let float_or = |key: &str, default: f64| if gguf.get(key).is_some() { gguf.get_f64(key) } else { Ok(default) };
-        let embedding_length = int("llama.embedding_length")?;
-        let head_count = int("llama.attention.head_count")?;
-        if head_count == 0 || embedding_length % head_count != 0 {
+        let rope_style = match arch {
+            "llama" => RopeStyle::Interleaved,
+            "qwen2" | "qwen3" => RopeStyle::NeoX,
+            _ => return Err(ModelError::UnknownArchitecture(arch.to_string())),
+        };
+        let key = |name: &str| format!("{arch}.{name}");
+        let int = |name: &str| gguf.get_u64(&key(name)).map(|v| v as usize);
+        let int_or = |name: &str, default: usize| if gguf.get(&key(name)).is_some() { int(name) } else { Ok(default) };
+        let float_or = |name: &str, default: f64| {
+            if gguf.get(&key(name)).is_some() {
+                gguf.get_f64(&key(name))
+            } else {
+                Ok(default)
+            }
+        };
+        let embedding_length = int("embedding_length")?;
+        let head_count = int("attention.head_count")?;
+        if head_count == 0 || (gguf.get(&key("attention.key_length")).is_none() && embedding_length % head_count != 0) {
             return Err(ModelError::Config(format!(
-                "llama.embedding_length {embedding_length} is not a multiple of llama.attention.head_count {head_count}"
+                "{arch}.embedding_length {embedding_length} is not a multiple of {arch}.attention.head_count {head_count}"
             )));
         }
-        let head_dim = int_or("llama.attention.key_length", embedding_length / head_count)?;
-        let vocab_size = match gguf.get("llama.vocab_size") {
-            Some(_) => int("llama.vocab_size")?,
+        let head_dim = int_or("attention.key_length", embedding_length / head_count)?;
+        let vocab_size = match gguf.get(&key("vocab_size")) {
+            Some(_) => int("vocab_size")?,
             None => {
                 let embd = gguf
                     .tensor("token_embd.weight")
@@ -80,30 +95,36 @@ impl Config {
                 embd.shape()[0]
             }
         };
+        let rope_scaling = match gguf.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
+            None | Some("none") => RopeScaling::None,
+            Some("linear") => RopeScaling::Linear { factor: gguf.get_f64(&key("rope.scaling.factor"))? },
+            Some(other) => {
+                return Err(ModelError::Config(format!("{arch}.rope.scaling.type \"{other}\" is not supported")))
+            }
+        };
         let config = Config {
-            block_count: int("llama.block_count")?,
+            block_count: int("block_count")?,
             embedding_length,
-            feed_forward_length: int("llama.feed_forward_length")?,
+            feed_forward_length: int("feed_forward_length")?,
             head_count,
-            head_count_kv: int_or("llama.attention.head_count_kv", head_count)?,
+            head_count_kv: int_or("attention.head_count_kv", head_count)?,
             head_dim,
-            rope_dimension_count: int_or("llama.rope.dimension_count", head_dim)?,
-            rope_freq_base: float_or("llama.rope.freq_base", 10000.0)?,
-            rms_norm_eps: gguf.get_f64("llama.attention.layer_norm_rms_epsilon")?,
+            rope_dimension_count: int_or("rope.dimension_count", head_dim)?,
+            rope_freq_base: float_or("rope.freq_base", 10000.0)?,
+            rms_norm_eps: gguf.get_f64(&key("attention.layer_norm_rms_epsilon"))?,
             vocab_size,
-            rope_style: RopeStyle::Interleaved,
+            rope_style,
+            rope_scaling,
+            architecture: arch.to_string(),
         };
         if config.rope_dimension_count != head_dim {
             return Err(ModelError::Config(format!(
-                "llama.rope.dimension_count {} != head dim {head_dim}: partial rotary embeddings are not supported",
+                "{arch}.rope.dimension_count {} != head dim {head_dim}: partial rotary embeddings are not supported",
                 config.rope_dimension_count
             )));
         }
         if gguf.tensor("rope_freqs.weight").is_some() {
             return Err(ModelError::Config("rope_freqs.weight (Llama 3.1 rope scaling) is not supported yet".into()));
-        }
-        if gguf.get("llama.rope.scaling.type").is_some_and(|v| v.as_str() != Some("none")) {
-            return Err(ModelError::Config("llama.rope.scaling.type is set: rope scaling is not supported yet".into()));
         }
         Ok(config)
     }
@@ -112,7 +133,7 @@ impl Config {
     /// What this front-end does not compute (rope scaling, partial rotary
     /// embeddings, biases, a sliding window) is refused, never ignored.
     pub fn from_hf(hf: &HfConfig) -> Result<Config> {
-        if !matches!(hf.model_type.as_str(), "llama" | "mistral") {
+        if !matches!(hf.model_type.as_str(), "llama" | "mistral" | "qwen2" | "qwen3") {
             return Err(ModelError::UnknownModelType(hf.model_type.clone()));
         }
         let refuse = |what: String| Err(ModelError::Config(format!("config.json: {what}")));
@@ -123,17 +144,21 @@ impl Config {
                 hf.hidden_size
             ));
         }
-        if let Some(scaling) = &hf.rope_scaling {
-            return refuse(format!("rope_scaling {scaling} is not supported yet"));
-        }
+        let rope_scaling = match &hf.rope_scaling {
+            None => RopeScaling::None,
+            Some(scaling) => match rope_scaling_from_hf(scaling) {
+                Some(scaling) => scaling,
+                None => {
+                    return refuse(format!("rope_scaling {scaling} is not supported (none, linear and llama3 are)"))
+                }
+            },
+        };
         if let Some(factor) = hf.extra.get("partial_rotary_factor").filter(|f| f.as_f64() != Some(1.0)) {
             return refuse(format!("partial_rotary_factor {factor}: partial rotary embeddings are not supported"));
         }
-        let mlp_bias = hf.extra.get("mlp_bias").and_then(|v| v.as_bool()) == Some(true);
-        for (key, set) in [("attention_bias", hf.attention_bias == Some(true)), ("mlp_bias", mlp_bias)] {
-            if set {
-                return refuse(format!("{key} is true: llama projections without biases only"));
-            }
+        // Attention biases are loaded where the checkpoint has them (Qwen2).
+        if hf.extra.get("mlp_bias").and_then(|v| v.as_bool()) == Some(true) {
+            return refuse("mlp_bias is true: feed-forward projections without biases only".into());
         }
         if let Some(act) = hf.hidden_act.as_deref().filter(|&act| act != "silu") {
             return refuse(format!("hidden_act \"{act}\" is not supported (llama's SwiGLU uses silu)"));
@@ -160,8 +185,28 @@ impl Config {
             rms_norm_eps: hf.rms_norm_eps,
             vocab_size: hf.vocab_size,
             rope_style: RopeStyle::NeoX,
+            rope_scaling,
+            architecture: hf.model_type.clone(),
         })
     }
+}
+
+/// HF `rope_scaling` (`{"rope_type": "llama3", "factor": 8.0, ...}`, or
+/// `"type"` in older configs) as a [`RopeScaling`], if it is one kiln computes.
+fn rope_scaling_from_hf(scaling: &serde_json::Value) -> Option<RopeScaling> {
+    let field = |key: &str| scaling.get(key).and_then(|v| v.as_f64());
+    let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|v| v.as_str())?;
+    Some(match kind {
+        "default" => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor: field("factor")? },
+        "llama3" => RopeScaling::Llama3 {
+            factor: field("factor")?,
+            low_freq_factor: field("low_freq_factor")?,
+            high_freq_factor: field("high_freq_factor")?,
+            original_max_position_embeddings: field("original_max_position_embeddings")? as usize,
+        },
+        _ => return None,
+    })
 }
 
 /// Grouped-query self-attention:
@@ -171,6 +216,12 @@ struct Attention<'t> {
     attn_k: Tensor<'t>,
     attn_v: Tensor<'t>,
     attn_output: Tensor<'t>,
+    /// Qwen2: biases of the q, k and v projections, where the checkpoint has them.
+    bias: Option<[Tensor<'t>; 3]>,
+    /// Qwen3: RMS-norm weights `[head_dim]` of each query and key head,
+    /// applied before RoPE, where the checkpoint has them.
+    qk_norm: Option<[Tensor<'t>; 2]>,
+    eps: f64,
     head_count: usize,
     head_count_kv: usize,
     head_dim: usize,
@@ -180,11 +231,23 @@ impl<'t> Attention<'t> {
     fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
         let (hidden, q_dim, kv_dim) = (c.embedding_length, c.head_count * c.head_dim, c.head_count_kv * c.head_dim);
         let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
+        let bias = |name: &str, len: usize| weights.load(t, &format!("blk.{i}.{name}.bias"), &[len])?.f32();
+        let bias = match weights.contains(&format!("blk.{i}.attn_q.bias")) {
+            true => Some([bias("attn_q", q_dim)?, bias("attn_k", kv_dim)?, bias("attn_v", kv_dim)?]),
+            false => None,
+        };
+        let qk_norm = match weights.contains(&format!("blk.{i}.attn_q_norm.weight")) {
+            true => Some([w("attn_q_norm", &[c.head_dim])?, w("attn_k_norm", &[c.head_dim])?]),
+            false => None,
+        };
         Ok(Attention {
             attn_q: w("attn_q", &[q_dim, hidden])?,
             attn_k: w("attn_k", &[kv_dim, hidden])?,
             attn_v: w("attn_v", &[kv_dim, hidden])?,
             attn_output: w("attn_output", &[hidden, q_dim])?,
+            bias,
+            qk_norm,
+            eps: c.rms_norm_eps,
             head_count: c.head_count,
             head_count_kv: c.head_count_kv,
             head_dim: c.head_dim,
@@ -201,9 +264,19 @@ impl<'t> Attention<'t> {
         mask: &Tensor<'t>,
         cache: Option<(&mut KvCache<'t>, usize)>,
     ) -> Result<Tensor<'t>> {
-        let q = rotation.apply(&split_heads(&x.linear(&self.attn_q)?, self.head_count, self.head_dim)?)?;
-        let k = rotation.apply(&split_heads(&x.linear(&self.attn_k)?, self.head_count_kv, self.head_dim)?)?;
-        let v = split_heads(&x.linear(&self.attn_v)?, self.head_count_kv, self.head_dim)?;
+        let (mut q, mut k, mut v) = (x.linear(&self.attn_q)?, x.linear(&self.attn_k)?, x.linear(&self.attn_v)?);
+        if let Some([bq, bk, bv]) = &self.bias {
+            let seq = &x.ty.shape[..1];
+            let add = |y: &Tensor<'t>, b: &Tensor<'t>| y.add(&b.broadcast_in_dim(&[seq[0], b.ty.shape[0]], &[1])?);
+            (q, k, v) = (add(&q, bq)?, add(&k, bk)?, add(&v, bv)?);
+        }
+        let (mut q, mut k) =
+            (split_heads(&q, self.head_count, self.head_dim)?, split_heads(&k, self.head_count_kv, self.head_dim)?);
+        if let Some([q_norm, k_norm]) = &self.qk_norm {
+            (q, k) = (q.rms_norm(Some(q_norm), self.eps)?, k.rms_norm(Some(k_norm), self.eps)?);
+        }
+        let (q, k) = (rotation.apply(&q)?, rotation.apply(&k)?);
+        let v = split_heads(&v, self.head_count_kv, self.head_dim)?;
         let (k, v) = match cache {
             Some((cache, layer)) => cache.write(layer, &k, &v)?,
             None => (k, v),
@@ -319,7 +392,8 @@ impl<'t> Llama<'t> {
         mut cache: Option<&mut KvCache<'t>>,
     ) -> Result<Tensor<'t>> {
         let c = &self.config;
-        let rotation = Rope::new(c.head_dim, c.rope_freq_base, c.rope_style).at(positions)?;
+        let rotation =
+            Rope::new(c.head_dim, c.rope_freq_base, c.rope_style).with_scaling(c.rope_scaling).at(positions)?;
         let mut x = self.token_embd.rows(tokens)?;
         for (layer, block) in self.blocks.iter().enumerate() {
             x = block.forward(&x, &rotation, mask, cache.as_deref_mut().map(|c| (c, layer)))?;
@@ -429,7 +503,7 @@ mod tests {
     /// A 2-block llama (hidden 32, 4 heads over 2 kv heads, ffn 64, vocab
     /// 16) with seeded weights: norms F32, matrices Q8_0 (the Keep path),
     /// `output.weight` F32 unless tied.
-    fn tiny(arch: &'static str, tied: bool, skip: Option<&str>) -> Vec<u8> {
+    fn tiny(arch: &'static str, tied: bool, skip: &[&str]) -> Vec<u8> {
         const Q8_0: u32 = 8;
         let (hidden, ff, vocab, heads, kv_heads, blocks) = (32, 64, 16, 4, 2, 2);
         let hd = hidden / heads;
@@ -451,23 +525,49 @@ mod tests {
                 tensors.push((w(n), vec![rows, cols], Q8_0, q8_0(rows * cols)));
             }
             tensors.push((w("ffn_norm"), vec![hidden], 0, f32s(hidden, 1.0)));
+            if arch == "qwen2" {
+                for (n, len) in [("attn_q", heads * hd), ("attn_k", kv_heads * hd), ("attn_v", kv_heads * hd)] {
+                    tensors.push((format!("blk.{i}.{n}.bias"), vec![len], 0, f32s(len, 0.0)));
+                }
+            }
+            if arch == "qwen3" {
+                for n in ["attn_q_norm", "attn_k_norm"] {
+                    tensors.push((w(n), vec![hd], 0, f32s(hd, 1.0)));
+                }
+            }
         }
         tensors.push(("output_norm.weight".into(), vec![hidden], 0, f32s(hidden, 1.0)));
         if !tied {
             tensors.push(("output.weight".into(), vec![vocab, hidden], 0, f32s(vocab * hidden, 0.0)));
         }
-        tensors.retain(|t| Some(t.0.as_str()) != skip);
-        let meta = [
-            ("general.architecture", Meta::Str(arch)),
-            ("llama.block_count", Meta::U32(blocks as u32)),
-            ("llama.embedding_length", Meta::U32(hidden as u32)),
-            ("llama.feed_forward_length", Meta::U32(ff as u32)),
-            ("llama.attention.head_count", Meta::U32(heads as u32)),
-            ("llama.attention.head_count_kv", Meta::U32(kv_heads as u32)),
-            ("llama.rope.freq_base", Meta::F32(10000.0)),
-            ("llama.attention.layer_norm_rms_epsilon", Meta::F32(1e-5)),
-            ("llama.rope.dimension_count", Meta::U32(hd as u32)),
+        tensors.retain(|t| !skip.contains(&t.0.as_str()));
+        // Keys under the architecture's prefix (`qwen2.block_count`).
+        let prefix = if arch == "gpt2" { "llama" } else { arch };
+        let keys: Vec<String> = [
+            "block_count",
+            "embedding_length",
+            "feed_forward_length",
+            "attention.head_count",
+            "attention.head_count_kv",
+            "rope.freq_base",
+            "attention.layer_norm_rms_epsilon",
+            "rope.dimension_count",
+        ]
+        .iter()
+        .map(|k| format!("{prefix}.{k}"))
+        .collect();
+        let values = [
+            Meta::U32(blocks as u32),
+            Meta::U32(hidden as u32),
+            Meta::U32(ff as u32),
+            Meta::U32(heads as u32),
+            Meta::U32(kv_heads as u32),
+            Meta::F32(10000.0),
+            Meta::F32(1e-5),
+            Meta::U32(hd as u32),
         ];
+        let mut meta = vec![("general.architecture", Meta::Str(arch))];
+        meta.extend(keys.iter().map(String::as_str).zip(values));
         gguf_bytes(&meta, &tensors)
     }
 
@@ -477,12 +577,12 @@ mod tests {
 
     #[test]
     fn tiny_llama_is_causal_and_ties_one_param() {
-        let untied = Gguf::parse(tiny("llama", false, None)).unwrap();
+        let untied = Gguf::parse(tiny("llama", false, &[])).unwrap();
         let weights = keep(&untied);
         let graph = prefill(&weights, 4).unwrap();
         assert_eq!(graph.params().count(), untied.tensors().len());
         assert_eq!(graph.params().count(), 2 * 9 + 3);
-        let tied = Gguf::parse(tiny("llama", true, None)).unwrap();
+        let tied = Gguf::parse(tiny("llama", true, &[])).unwrap();
         assert_eq!(prefill(&keep(&tied), 4).unwrap().params().count(), 2 * 9 + 2);
 
         // Changing a later token leaves earlier positions' logits alone.
@@ -497,9 +597,9 @@ mod tests {
     #[test]
     fn tiny_llama_errors_name_the_culprit() {
         let err = |bytes: Vec<u8>| prefill(&keep(&Gguf::parse(bytes).unwrap()), 4).expect_err("an error").to_string();
-        let e = err(tiny("gpt2", false, None));
+        let e = err(tiny("gpt2", false, &[]));
         assert!(e.contains("gpt2"), "{e}");
-        let e = err(tiny("llama", false, Some("blk.1.ffn_up.weight")));
+        let e = err(tiny("llama", false, &["blk.1.ffn_up.weight"]));
         assert!(e.contains("\"blk.1.ffn_up.weight\" is missing"), "{e}");
 
         const Q8_1: u32 = 9;
@@ -519,7 +619,7 @@ mod tests {
 
     #[test]
     fn prefill_then_decode_matches_one_prefill() {
-        let gguf = Gguf::parse(tiny("llama", false, None)).unwrap();
+        let gguf = Gguf::parse(tiny("llama", false, &[])).unwrap();
         let weights = keep(&gguf);
         let ids = [1, 5, 9, 3, 7, 2];
         let full = interp::run(&prefill(&weights, ids.len()).unwrap(), &[tokens(&ids)], &weights).unwrap();
@@ -549,7 +649,7 @@ mod tests {
 
     #[test]
     fn packed_policies_fail_by_default_and_agree() {
-        let gguf = Gguf::parse(tiny("llama", false, None)).unwrap();
+        let gguf = Gguf::parse(tiny("llama", false, &[])).unwrap();
         let e = prefill(&GgufWeights::new(&gguf, PackedPolicy::default()).unwrap(), 4).unwrap_err().to_string();
         assert!(e.contains("tensor \"token_embd.weight\" is packed as Q8_0"), "{e}");
         assert!(e.contains("--packed dequantize") && e.contains("--packed keep"), "{e}");
@@ -576,7 +676,7 @@ mod tests {
     /// stops where the cache is full.
     #[test]
     fn tiny_llama_generates_through_iree() {
-        let bytes = tiny("llama", false, None);
+        let bytes = tiny("llama", false, &[]);
         let dir = tempfile::tempdir().unwrap();
         let path = |name: &str| dir.path().join(name);
         std::fs::write(path("tiny.gguf"), &bytes).unwrap();
@@ -636,14 +736,29 @@ mod tests {
         let Ok(Family::Llama(c)) = hf(json!({"head_dim": 16})) else { panic!("a llama config") };
         assert_eq!(c.head_dim, 16);
 
+        let llama3 = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 8192});
+        let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": llama3})) else { panic!("Llama 3.1 scaling") };
+        let want = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192,
+        };
+        assert_eq!(c.rope_scaling, want);
+        let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": {"type": "linear", "factor": 2.0}})) else { panic!() };
+        assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 2.0 });
+        let Ok(Family::Llama(c)) = hf(json!({"model_type": "qwen2"})) else { panic!("a qwen2 config") };
+        assert_eq!(c.architecture, "qwen2");
+
         let refused = [
             (json!({"model_type": "gpt2"}), "unknown config.json model_type \"gpt2\""),
             (
-                json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}),
-                "rope_scaling {\"factor\":8.0,\"rope_type\":\"llama3\"} is not supported yet",
+                json!({"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}),
+                "rope_scaling {\"factor\":8.0,\"rope_type\":\"yarn\"} is not supported",
             ),
+            (json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}), "is not supported"),
             (json!({"partial_rotary_factor": 0.5}), "partial_rotary_factor 0.5"),
-            (json!({"attention_bias": true}), "attention_bias"),
             (json!({"mlp_bias": true}), "mlp_bias"),
             (json!({"hidden_act": "gelu"}), "hidden_act \"gelu\""),
             (json!({"model_type": "mistral", "sliding_window": 4096}), "sliding_window 4096"),
@@ -655,5 +770,33 @@ mod tests {
         }
         // A window that covers every position is no window.
         assert!(hf(json!({"sliding_window": 4096, "max_position_embeddings": 4096})).is_ok());
+    }
+
+    /// Qwen2's projection biases and Qwen3's per-head q/k norms are params
+    /// that change the logits; both architectures use NeoX RoPE.
+    #[test]
+    fn tiny_qwen_variants_load_their_extra_tensors() {
+        let logits = |gguf: &Gguf<Vec<u8>>| {
+            let graph = prefill(&keep(gguf), 4).unwrap();
+            assert_eq!(graph.params().count(), gguf.tensors().len(), "every tensor is a param");
+            interp::run(&graph, &[tokens(&[1, 5, 9, 3])], &keep(gguf)).unwrap().remove(0).to_f64_vec()
+        };
+        for (arch, extra) in [("qwen2", "blk.1.attn_k.bias"), ("qwen3", "blk.1.attn_k_norm.weight")] {
+            let with = Gguf::parse(tiny(arch, true, &[])).unwrap();
+            let config = Config::from_gguf(&with).unwrap();
+            assert_eq!((config.architecture.as_str(), config.rope_style), (arch, RopeStyle::NeoX));
+            assert_eq!(with.tensors().len(), 2 * 9 + 2 + 2 * if arch == "qwen2" { 3 } else { 2 });
+            let full = logits(&with);
+            assert!(full.iter().all(|x| x.is_finite()));
+            // Without one of the extra tensors the block loads as plain llama's.
+            let e = prefill(&keep(&Gguf::parse(tiny(arch, true, &[extra])).unwrap()), 4).unwrap_err().to_string();
+            assert!(e.contains(extra), "a half-present pair names what is missing: {e}");
+        }
+        let qwen2 = Gguf::parse(tiny("qwen2", true, &[])).unwrap();
+        let biases: Vec<String> =
+            (0..2).flat_map(|i| ["attn_q", "attn_k", "attn_v"].map(|n| format!("blk.{i}.{n}.bias"))).collect();
+        let biases: Vec<&str> = biases.iter().map(String::as_str).collect();
+        let no_bias = Gguf::parse(tiny("qwen2", true, &biases)).unwrap();
+        assert_ne!(logits(&qwen2), logits(&no_bias), "the biases count");
     }
 }

@@ -65,10 +65,10 @@ pub enum ModelError {
     #[error(transparent)]
     Weights(#[from] WeightsError),
     /// The GGUF's `general.architecture` is not a supported family.
-    #[error("unknown general.architecture \"{0}\" (supported: llama, gemma3)")]
+    #[error("unknown general.architecture \"{0}\" (supported: llama, qwen2, qwen3, gemma3)")]
     UnknownArchitecture(String),
     /// The HF `config.json`'s `model_type` is not a supported family.
-    #[error("unknown config.json model_type \"{0}\" (supported: llama, mistral)")]
+    #[error("unknown config.json model_type \"{0}\" (supported: llama, mistral, qwen2, qwen3)")]
     UnknownModelType(String),
     /// A quantized tensor under [`PackedPolicy::Fail`].
     #[error("tensor \"{name}\" is packed as {ty}: choose `--packed dequantize` (dense f32/f16/bf16 params, written to an archive at export) or `--packed keep` (the checkpoint's raw blocks, dequantized inside the graph)")]
@@ -339,7 +339,7 @@ impl Family {
     /// From `general.architecture` and the family's metadata keys.
     pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Family> {
         match gguf.get_str("general.architecture")? {
-            "llama" => Ok(Family::Llama(llama::Config::from_gguf(gguf)?)),
+            "llama" | "qwen2" | "qwen3" => Ok(Family::Llama(llama::Config::from_gguf(gguf)?)),
             "gemma3" => Ok(Family::Gemma3(gemma3::Config::from_gguf(gguf)?)),
             other => Err(ModelError::UnknownArchitecture(other.to_string())),
         }
@@ -348,15 +348,16 @@ impl Family {
     /// From a Hugging Face `config.json`'s `model_type` and keys.
     pub fn from_hf(config: &HfConfig) -> Result<Family> {
         match config.model_type.as_str() {
-            "llama" | "mistral" => Ok(Family::Llama(llama::Config::from_hf(config)?)),
+            "llama" | "mistral" | "qwen2" | "qwen3" => Ok(Family::Llama(llama::Config::from_hf(config)?)),
             other => Err(ModelError::UnknownModelType(other.to_string())),
         }
     }
 
-    /// The family's name as in `general.architecture`.
-    pub fn name(&self) -> &'static str {
+    /// The architecture's name as in `general.architecture` (`model_type`
+    /// for HF llama-family checkpoints).
+    pub fn name(&self) -> &str {
         match self {
-            Family::Llama(_) => "llama",
+            Family::Llama(c) => &c.architecture,
             Family::Gemma3(_) => "gemma3",
         }
     }
