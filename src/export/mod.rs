@@ -17,12 +17,11 @@
 //! - `inline`: every param is a `dense_resource` blob in the module, which
 //!   aliases the mapped checkpoint until it is written (bytecode by default).
 
-use crate::graph::{DType, Graph, Op, TensorType};
-use crate::interp::Value;
+use crate::graph::{DType, Graph, Op};
 use crate::iree::{Iree, IreeError};
 use crate::lower::{self, Emit, LowerError, LowerOptions, Session};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
-use crate::models::{Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
+use crate::models::{scalar_i32, token_ids, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
 use crate::npy;
 use crate::params::archive::{self, DerivedParam};
 use crate::params::{ParamInit, ParamInits, ParamsError};
@@ -613,13 +612,8 @@ pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) ->
     let work = tempfile::tempdir().map_err(|error| ExportError::Io { path: std::env::temp_dir(), error })?;
     let (tokens_npy, n_npy, out_npy) =
         (work.path().join("prompt.npy"), work.path().join("n.npy"), work.path().join("out.npy"));
-    let ids: Vec<u8> = prompt_tokens.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
-    let ids = Value::from_le_bytes(&TensorType::new([1, prompt_tokens.len()], DType::I32), &ids)
-        .expect("sizes match by construction");
-    let n = Value::from_le_bytes(&TensorType::new([], DType::I32), &(max_new_tokens as i32).to_le_bytes())
-        .expect("sizes match by construction");
-    npy::write(&tokens_npy, &ids)?;
-    npy::write(&n_npy, &n)?;
+    npy::write(&tokens_npy, &token_ids(&prompt_tokens))?;
+    npy::write(&n_npy, &scalar_i32(max_new_tokens as i32))?;
     let parameters = manifest.parameter_paths(dir);
     let bindings: Vec<(&str, &Path)> = parameters.iter().map(|(s, p)| (s.as_str(), p.as_path())).collect();
     let start = Instant::now();

@@ -4,7 +4,7 @@
 //! compiles its module once and runs every check on it.
 
 use super::*;
-use crate::interp::{self, ParamSource};
+use crate::interp::{self, ParamSource, Value};
 use crate::models::testing::{gemma3_path, smollm2_path};
 use std::collections::HashSet;
 use std::sync::OnceLock;
@@ -34,15 +34,6 @@ fn export_and_compile(model: &Path, options: &ExportOptions) -> (tempfile::TempD
         start.elapsed().as_secs_f64()
     );
     (dir, summary)
-}
-
-fn ids_value(ids: &[u32]) -> Value {
-    let bytes: Vec<u8> = ids.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
-    Value::from_le_bytes(&TensorType::new([1, ids.len()], DType::I32), &bytes).unwrap()
-}
-
-fn scalar_i32(v: i32) -> Value {
-    Value::from_le_bytes(&TensorType::new([], DType::I32), &v.to_le_bytes()).unwrap()
 }
 
 /// Runs `function` of a compiled export on `inputs`; returns its outputs.
@@ -109,9 +100,9 @@ fn check_export(model: &Path, dir: &Path, reference: &Serving, params: &dyn Para
     let ids = tokenizer.encode(PROMPT, tokenizer.add_bos_token());
     let n = ids.len();
     let start = Instant::now();
-    let want = interp::run(&reference.prefill, &[ids_value(&ids)], params).unwrap()[0].to_f64_vec();
+    let want = interp::run(&reference.prefill, &[token_ids(&ids)], params).unwrap()[0].to_f64_vec();
     eprintln!("interpreter prefill of {n} tokens: {:.1} s", start.elapsed().as_secs_f64());
-    let full = run(dir, "prefill", &[ids_value(&ids)], 3);
+    let full = run(dir, "prefill", &[token_ids(&ids)], 3);
     let got = full[0].to_f64_vec();
     let vocab = got.len() / n;
     let diff = max_abs_diff(&got, &want);
@@ -119,9 +110,9 @@ fn check_export(model: &Path, dir: &Path, reference: &Serving, params: &dyn Para
     assert!(diff <= 1e-3, "prefill logits differ by {diff}");
     assert_eq!(argmax_rows(&got, vocab), argmax_rows(&want, vocab), "argmax at some position");
 
-    let head = run(dir, "prefill", &[ids_value(&ids[..n - 1])], 3);
+    let head = run(dir, "prefill", &[token_ids(&ids[..n - 1])], 3);
     let step =
-        run(dir, "decode", &[ids_value(&ids[n - 1..]), scalar_i32(n as i32 - 1), head[1].clone(), head[2].clone()], 3);
+        run(dir, "decode", &[token_ids(&ids[n - 1..]), scalar_i32(n as i32 - 1), head[1].clone(), head[2].clone()], 3);
     let diff = max_abs_diff(&step[0].to_f64_vec(), &got[(n - 1) * vocab..]);
     eprintln!("prefill({}) + decode(1) vs prefill({n}) through IREE: {diff:e}", n - 1);
     assert!(diff <= 1e-4, "decode differs from the whole prefill by {diff}");
@@ -230,8 +221,8 @@ fn smollm2_from_safetensors() {
     let serving = Serving::new(&Family::from_gguf(gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
     let tokenizer = Tokenizer::from_gguf(gguf).unwrap();
     let ids = tokenizer.encode(PROMPT, tokenizer.add_bos_token());
-    let want = interp::run(&serving.prefill, &[ids_value(&ids)], &weights).unwrap()[0].to_f64_vec();
-    let got = run(dir.path(), "prefill", &[ids_value(&ids)], 3)[0].to_f64_vec();
+    let want = interp::run(&serving.prefill, &[token_ids(&ids)], &weights).unwrap()[0].to_f64_vec();
+    let got = run(dir.path(), "prefill", &[token_ids(&ids)], 3)[0].to_f64_vec();
     let diff = max_abs_diff(&got, &want);
     eprintln!("safetensors export (IREE) vs GGUF (interpreter): max |diff| {diff:e}");
     assert!(diff <= 1e-3, "{diff}");

@@ -20,7 +20,7 @@
 //!   local layers then one global ([`SLIDING_WINDOW_PATTERN`]), local
 //!   layers' rope base 10000 without scaling, and the attention scale.
 
-use super::{merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
+use super::{load_head, merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
 use crate::graph::{DType, Graph, TensorType};
 use crate::trace::nn::{
     attention, causal_mask, sliding_window_mask, QueryOffset, Rope, RopeScaling, RopeStyle, Rotation,
@@ -315,11 +315,7 @@ impl<'t> Gemma3<'t> {
         let (vocab, hidden) = (c.vocab_size, c.embedding_length);
         let token_embd = weights.load(t, "token_embd.weight", &[vocab, hidden])?;
         let blocks = (0..c.block_count).map(|i| Block::load(t, weights, i, &c)).collect::<Result<Vec<_>>>()?;
-        let output_norm = weights.load(t, "output_norm.weight", &[hidden])?.f32()?;
-        let output = match weights.contains("output.weight") {
-            true => weights.load(t, "output.weight", &[vocab, hidden])?.f32()?,
-            false => token_embd.f32()?,
-        };
+        let (output_norm, output) = load_head(t, weights, &token_embd)?;
         Ok(Gemma3 { tracer: t, config: c, token_embd, blocks, output_norm, output })
     }
 

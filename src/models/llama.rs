@@ -16,7 +16,7 @@
 //! Hugging Face checkpoints (`model_type` llama or mistral, read through
 //! [`super::hf`]) keep that layout and rotate halves ([`RopeStyle::NeoX`]).
 
-use super::{merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
+use super::{load_head, merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
 use crate::graph::{DType, Graph, TensorType};
 use crate::trace::nn::{attention, causal_mask, Rope, RopeScaling, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
@@ -368,11 +368,7 @@ impl<'t> Llama<'t> {
         let (vocab, hidden) = (c.vocab_size, c.embedding_length);
         let token_embd = weights.load(t, "token_embd.weight", &[vocab, hidden])?;
         let blocks = (0..c.block_count).map(|i| Block::load(t, weights, i, &c)).collect::<Result<Vec<_>>>()?;
-        let output_norm = weights.load(t, "output_norm.weight", &[hidden])?.f32()?;
-        let output = match weights.contains("output.weight") {
-            true => weights.load(t, "output.weight", &[vocab, hidden])?.f32()?,
-            false => token_embd.f32()?,
-        };
+        let (output_norm, output) = load_head(t, weights, &token_embd)?;
         Ok(Llama { tracer: t, config: c, token_embd, blocks, output_norm, output })
     }
 
@@ -442,7 +438,7 @@ mod tests {
     use crate::interp::{self, Value};
     use crate::lower::{lower_to_string, LowerOptions};
     use crate::models::testing::{gguf_bytes, smollm2_path, Fill, Meta};
-    use crate::models::{Family, GgufWeights, PackedPolicy};
+    use crate::models::{scalar_i32, token_ids, Family, GgufWeights, PackedPolicy};
     use std::time::Instant;
 
     fn keep<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> GgufWeights<'_, D> {
@@ -493,11 +489,6 @@ mod tests {
             text.contains("func.func @main(%arg0: tensor<1x?xi32>) -> tensor<1x?x49152xf32>"),
             "one module for every prompt length"
         );
-    }
-
-    fn token_values(ids: &[u32]) -> Value {
-        let bytes: Vec<u8> = ids.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
-        Value::from_le_bytes(&TensorType::new([1, ids.len()], DType::I32), &bytes).unwrap()
     }
 
     /// A 2-block llama (hidden 32, 4 heads over 2 kv heads, ffn 64, vocab
@@ -572,7 +563,7 @@ mod tests {
     }
 
     fn tokens(ids: &[i32]) -> Value {
-        token_values(&ids.iter().map(|&i| i as u32).collect::<Vec<_>>())
+        token_ids(&ids.iter().map(|&i| i as u32).collect::<Vec<_>>())
     }
 
     #[test]
@@ -606,10 +597,6 @@ mod tests {
         let odd = Gguf::parse(gguf_bytes(&[], &[("blk.0.attn_q.weight".into(), vec![32], Q8_1, vec![0; 36])])).unwrap();
         let e = keep(&odd).param_type(&odd.tensor("blk.0.attn_q.weight").unwrap()).unwrap_err().to_string();
         assert!(e.contains("\"blk.0.attn_q.weight\" has ggml type Q8_1"), "{e}");
-    }
-
-    fn scalar_i32(v: i32) -> Value {
-        Value::from_le_bytes(&TensorType::new([], DType::I32), &v.to_le_bytes()).unwrap()
     }
 
     fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
@@ -697,7 +684,7 @@ mod tests {
         iree.compile(&path("m.mlir"), &path("m.vmfb")).unwrap();
         for (prompt, n_new) in [(&[1u32, 5, 9][..], 4), (&[1, 5, 9, 3, 7, 2][..], 10)] {
             let want = serving.generate_reference(&weights, prompt, n_new).unwrap();
-            crate::npy::write(&path("prompt.npy"), &token_values(prompt)).unwrap();
+            crate::npy::write(&path("prompt.npy"), &token_ids(prompt)).unwrap();
             crate::npy::write(&path("n.npy"), &scalar_i32(n_new as i32)).unwrap();
             let inputs = [path("prompt.npy"), path("n.npy")];
             iree.run(

@@ -15,7 +15,7 @@ pub mod llama;
 pub use cache::{Cache, KvCache};
 
 use crate::graph::{DType, Graph, TensorType, DYNAMIC};
-use crate::interp::{InterpError, ParamSource, Value};
+use crate::interp::{Buffer, InterpError, ParamSource, Value};
 use crate::params::archive::{self, DerivedParam, Encoding};
 use crate::trace::nn::to_f32;
 use crate::trace::{dequant, Tensor, TraceError, Tracer};
@@ -471,10 +471,6 @@ impl Serving {
         prompt: &[u32],
         n_new: usize,
     ) -> std::result::Result<Vec<u32>, InterpError> {
-        let ids = |ids: &[u32]| {
-            let bytes: Vec<u8> = ids.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
-            Value::from_le_bytes(&TensorType::new([1, ids.len()], DType::I32), &bytes)
-        };
         let pick = |logits: &Value| {
             let values = logits.to_f64_vec();
             let vocab = logits.ty.shape[2];
@@ -482,13 +478,12 @@ impl Serving {
             (0..vocab).fold(0, |best, i| if last[i] > last[best] { i } else { best }) as u32
         };
         let params = &crate::interp::CachedParams::new(params);
-        let mut state = crate::interp::run(&self.prefill, &[ids(prompt)?], params)?;
+        let mut state = crate::interp::run(&self.prefill, &[token_ids(prompt)], params)?;
         let mut tokens = vec![pick(&state[0])];
         let room = (self.max_context + 1).saturating_sub(prompt.len());
         while tokens.len() < n_new.min(room) {
             let position = (prompt.len() + tokens.len() - 1) as i32;
-            let position = Value::from_le_bytes(&TensorType::new([], DType::I32), &position.to_le_bytes())?;
-            let mut inputs = vec![ids(&tokens[tokens.len() - 1..])?, position];
+            let mut inputs = vec![token_ids(&tokens[tokens.len() - 1..]), scalar_i32(position)];
             inputs.extend(state.drain(1..));
             state = crate::interp::run(&self.decode, &inputs, params)?;
             tokens.push(pick(&state[0]));
@@ -510,6 +505,34 @@ fn finish_cached<'t>(
     let logits = model.forward_cached(&tokens.reshape(&[n])?, &mut cache)?;
     let logits = logits.reshape(&[1, n, model.vocab_size()])?;
     Ok(t.finish(&[&logits, &cache.keys.0, &cache.values.0])?)
+}
+
+/// The final norm and the output head of a decoder, after its blocks:
+/// `output.weight`, or the embedding itself when the head is tied (then
+/// one param serves both).
+pub(crate) fn load_head<'t>(
+    t: &'t Tracer,
+    weights: &dyn Checkpoint,
+    token_embd: &Weight<'t>,
+) -> Result<(Tensor<'t>, Tensor<'t>)> {
+    let hidden = token_embd.shape[1];
+    let output_norm = weights.load(t, "output_norm.weight", &[hidden])?.f32()?;
+    let output = match weights.contains("output.weight") {
+        true => weights.load(t, "output.weight", &token_embd.shape)?.f32()?,
+        false => token_embd.f32()?,
+    };
+    Ok((output_norm, output))
+}
+
+/// Token ids as the entry points take them: `tensor<1xNxi32>`.
+pub fn token_ids(ids: &[u32]) -> Value {
+    let ids = ids.iter().map(|&id| id as i32).collect::<Vec<_>>();
+    Value::new(TensorType::new([1, ids.len()], DType::I32), Buffer::I32(ids)).expect("one element per id")
+}
+
+/// A position or a count as the entry points take it: `tensor<i32>`.
+pub fn scalar_i32(value: i32) -> Value {
+    Value::new(TensorType::new([], DType::I32), Buffer::I32(vec![value])).expect("one element")
 }
 
 /// `x [seq, n·hd] -> [n, seq, hd]`
