@@ -172,10 +172,7 @@ impl Session {
         options: &LowerOptions,
         inits: &ParamInits<'s>,
     ) -> Result<Module<'s>, LowerError> {
-        let ctx = &self.context;
-        self.take_diagnostics();
-        let module = Module::new(Location::unknown(ctx));
-        let globals = params::declare_globals(self, &module, graphs, options, inits)?;
+        let (module, globals) = self.new_module(graphs, options, inits)?;
         for graph in graphs {
             self.lower_function(&module, graph, &globals, FunctionKind::Public)?;
         }
@@ -191,10 +188,7 @@ impl Session {
         options: &LowerOptions,
         inits: &ParamInits<'s>,
     ) -> Result<Module<'s>, LowerError> {
-        let ctx = &self.context;
-        self.take_diagnostics();
-        let module = Module::new(Location::unknown(ctx));
-        let globals = params::declare_globals(self, &module, &spec.graphs(), options, inits)?;
+        let (module, globals) = self.new_module(&spec.graphs(), options, inits)?;
         // iree-compile inlines every call (`generate`'s too), so the model
         // is compiled once per caller. Keeping a body out of line needs
         // `no_inline` on `func.call`, which MLIR 22 prints where IREE's
@@ -205,6 +199,19 @@ impl Session {
         self.lower_function(&module, spec.pick_decode, &globals, FunctionKind::Private)?;
         generate::lower_generate(self, &module, spec)?;
         self.verify(module)
+    }
+
+    /// An empty module holding one global per param of `graphs`.
+    fn new_module<'s>(
+        &'s self,
+        graphs: &[&Graph],
+        options: &LowerOptions,
+        inits: &ParamInits<'s>,
+    ) -> Result<(Module<'s>, params::Globals), LowerError> {
+        self.take_diagnostics();
+        let module = Module::new(Location::unknown(&self.context));
+        let globals = params::declare_globals(self, &module, graphs, options, inits)?;
+        Ok((module, globals))
     }
 
     fn verify<'s>(&'s self, module: Module<'s>) -> Result<Module<'s>, LowerError> {
