@@ -328,8 +328,8 @@ func @main(%x: tensor<2x4xf32>, %ids: tensor<2xi32>) {
     }
 
     #[test]
-    fn slicing_padding_and_bit_ops_round_trip() {
-        let text = r#"func @f(%cache: tensor<8x4xf16>, %row: tensor<1x4xf16>, %pos: tensor<i32>, %q: tensor<4x2xui8>) {
+    fn slicing_padding_bit_ops_and_dequantize_round_trip() {
+        let text = r#"func @f(%cache: tensor<8x4xf16>, %row: tensor<1x4xf16>, %pos: tensor<i32>, %q: tensor<4x2xui8>, %raw: tensor<34xi8>) {
   %zero = constant {value = 0.0} : tensor<i32>
   %c = dynamic_update_slice %cache, %row, %pos, %zero : tensor<8x4xf16>
   %w = dynamic_slice %c, %pos, %zero {slice_sizes = [2, 4]} : tensor<2x4xf16>
@@ -342,7 +342,8 @@ func @main(%x: tensor<2x4xf32>, %ids: tensor<2xi32>) {
   %h = bitcast_convert %hi : tensor<4xf16>
   %e = erf %h : tensor<4xf16>
   %pw = power %e, %h : tensor<4xf16>
-  return %p, %n, %pw
+  %d = dequantize %raw {ggml_type = Q8_0} : tensor<32xf32>
+  return %p, %n, %pw, %d
 }
 "#;
         let g = parse(text).unwrap();

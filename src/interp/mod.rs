@@ -26,6 +26,7 @@
 
 mod bitwise;
 mod constant;
+mod dequantize;
 mod dot_general;
 mod dynamic_slice;
 mod elementwise;
@@ -510,6 +511,7 @@ fn eval(
         Op::DotGeneral(dims) => dot_general::dot_general(arg(0), arg(1), dims, ty),
         Op::Gather => gather::gather(arg(0), arg(1)),
         Op::Reduce { kind, dimensions } => Ok(reduce::reduce(*kind, arg(0), dimensions, ty)),
+        Op::Dequantize { ggml } => dequantize::dequantize(*ggml, arg(0)),
     }
     .map_err(op_err)?;
     let value = Value { ty: ty.clone(), data };

@@ -19,12 +19,12 @@
 //! (argmax at one position) are private and inlined by iree-compile.
 
 use super::dialects::stablehlo;
-use super::{tensor_type, Emitter, Function, LowerError, Session};
+use super::{tensor_type, Emitter, Function, LowerError, Scope, Session};
 use crate::graph::{ComparisonDirection, DType, Graph, TensorType};
 use melior::dialect::func;
-use melior::ir::attribute::{FlatSymbolRefAttribute, IntegerAttribute, StringAttribute, TypeAttribute};
+use melior::ir::attribute::{IntegerAttribute, StringAttribute, TypeAttribute};
 use melior::ir::r#type::{FunctionType, IntegerType};
-use melior::ir::{Block, BlockLike, Location, Module, Region, RegionLike, Type, Value};
+use melior::ir::{Block, BlockLike, Location, Region, RegionLike, Type, Value};
 use std::cell::OnceCell;
 
 /// The functions a greedy loop calls, and how many positions the cache has.
@@ -50,7 +50,11 @@ impl<'g> GreedyLoop<'g> {
 }
 
 /// Appends `func @generate` to `module`, which holds the loop's functions.
-pub(super) fn lower_generate(session: &Session, module: &Module<'_>, spec: &GreedyLoop<'_>) -> Result<(), LowerError> {
+pub(super) fn lower_generate(
+    session: &Session,
+    scope: &Scope<'_, '_>,
+    spec: &GreedyLoop<'_>,
+) -> Result<(), LowerError> {
     let ctx = session.context();
     let loc = Location::name(ctx, "generate", Location::unknown(ctx));
     let i32_scalar = TensorType::new([], DType::I32);
@@ -66,15 +70,15 @@ pub(super) fn lower_generate(session: &Session, module: &Module<'_>, spec: &Gree
         let prompt: Value = block.argument(0).expect("generate has two arguments").into();
         let n_new: Value = block.argument(1).expect("generate has two arguments").into();
         let function = Function { dynamic_source: None, dynamic_size: OnceCell::new(), dynamic_index: OnceCell::new() };
-        let e = Emitter { session, block: &block, function: &function, node: "generate", op: "generate" };
+        let e = Emitter { session, scope, block: &block, function: &function, node: "generate", op: "generate" };
         let int = |v: i64| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v).into(), loc));
         let (zero, one) = (int(0)?, int(1)?);
 
-        let prefill = call(&e, spec.prefill, &[prompt])?;
+        let prefill = call(&e, spec.prefill, &[prompt]);
         let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), 1);
         let len = e.emit(stablehlo::get_dimension_size(ctx, t(&i32_scalar), prompt, dim.into(), loc))?;
         let last = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), len, one, loc))?;
-        let token = call(&e, spec.pick_prefill, &[prefill[0], last])?[0];
+        let token = call(&e, spec.pick_prefill, &[prefill[0], last])[0];
 
         let max = int(spec.max_context as i64)?;
         let room = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), max, last, loc))?;
@@ -117,8 +121,8 @@ pub(super) fn lower_generate(session: &Session, module: &Module<'_>, spec: &Gree
             let position = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), after, one, loc))?;
             let mut inputs = vec![arg(1), position];
             inputs.extend((0..caches).map(|c| arg(2 + c)));
-            let decoded = call(&e, spec.decode, &inputs)?;
-            let token = call(&e, spec.pick_decode, &[decoded[0], zero])?[0];
+            let decoded = call(&e, spec.decode, &inputs);
+            let token = call(&e, spec.pick_decode, &[decoded[0], zero])[0];
             let out = e.emit(stablehlo::dynamic_update_slice(ctx, t(&out_ty), arg(out_at), token, &[zero, i], loc))?;
             let next = e.emit(stablehlo::add(ctx, t(&i32_scalar), i, one, loc))?;
             let mut yielded = vec![next, token];
@@ -137,7 +141,7 @@ pub(super) fn lower_generate(session: &Session, module: &Module<'_>, spec: &Gree
     let region = Region::new();
     region.append_block(block);
     let function_type = FunctionType::new(ctx, &[t(&prompt_ty), t(&i32_scalar)], &[t(&out_ty)]);
-    module.body().append_operation(func::func(
+    scope.module.body().append_operation(func::func(
         ctx,
         StringAttribute::new(ctx, "generate"),
         TypeAttribute::new(function_type.into()),
@@ -149,16 +153,9 @@ pub(super) fn lower_generate(session: &Session, module: &Module<'_>, spec: &Gree
 }
 
 /// `call @graph(inputs)`, returning its results.
-fn call<'c, 'a>(
-    e: &Emitter<'c, 'a>,
-    graph: &Graph,
-    inputs: &[Value<'c, 'a>],
-) -> Result<Vec<Value<'c, 'a>>, LowerError> {
-    let ctx = e.ctx();
-    let results: Vec<Type> = graph.outputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
-    let callee = FlatSymbolRefAttribute::new(ctx, &graph.name);
-    let op = e.block.append_operation(func::call(ctx, callee, inputs, &results, e.loc()));
-    Ok((0..results.len()).map(|i| op.result(i).expect("one result per graph output").into()).collect())
+fn call<'c, 'a>(e: &Emitter<'c, 'a>, graph: &Graph, inputs: &[Value<'c, 'a>]) -> Vec<Value<'c, 'a>> {
+    let results: Vec<Type> = graph.outputs().iter().map(|&v| tensor_type(e.ctx(), &graph.node(v).ty)).collect();
+    e.call(&graph.name, inputs, &results)
 }
 
 fn scalar_i32<'c>(e: &Emitter<'c, '_>, value: i64) -> melior::ir::Attribute<'c> {

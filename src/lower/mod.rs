@@ -11,6 +11,7 @@ pub mod dialects;
 
 mod bitwise;
 mod constant;
+mod dequantize;
 mod dot_general;
 mod dynamic_slice;
 mod elementwise;
@@ -25,7 +26,8 @@ use crate::params::{self, ParamInits};
 use dialects::{arith, stablehlo, tensor};
 use melior::dialect::{func, DialectHandle};
 use melior::ir::attribute::{
-    DenseElementsAttribute, DenseI64ArrayAttribute, IntegerAttribute, StringAttribute, TypeAttribute,
+    DenseElementsAttribute, DenseI64ArrayAttribute, FlatSymbolRefAttribute, IntegerAttribute, StringAttribute,
+    TypeAttribute,
 };
 use melior::ir::operation::{OperationLike, OperationPrintingFlags};
 use melior::ir::r#type::{FunctionType, IntegerType, RankedTensorType};
@@ -34,6 +36,7 @@ use melior::ir::{
 };
 use melior::Context;
 use std::cell::{OnceCell, RefCell};
+use std::collections::HashSet;
 use std::rc::Rc;
 use thiserror::Error;
 
@@ -172,11 +175,9 @@ impl Session {
         options: &LowerOptions,
         inits: &ParamInits<'s>,
     ) -> Result<Module<'s>, LowerError> {
-        let (module, globals) = self.new_module(graphs, options, inits)?;
-        for graph in graphs {
-            self.lower_function(&module, graph, &globals, FunctionKind::Public)?;
-        }
-        self.verify(module)
+        self.build_module(graphs, options, inits, |scope| {
+            graphs.iter().try_for_each(|graph| self.lower_function(scope, graph, FunctionKind::Public))
+        })
     }
 
     /// A serving module: the loop's `prefill` and `decode` as public
@@ -188,47 +189,40 @@ impl Session {
         options: &LowerOptions,
         inits: &ParamInits<'s>,
     ) -> Result<Module<'s>, LowerError> {
-        let (module, globals) = self.new_module(&spec.graphs(), options, inits)?;
-        // iree-compile inlines every call (`generate`'s too), so the model
-        // is compiled once per caller. Keeping a body out of line needs
-        // `no_inline` on `func.call`, which MLIR 22 prints where IREE's
-        // newer parser refuses it.
-        self.lower_function(&module, spec.prefill, &globals, FunctionKind::Public)?;
-        self.lower_function(&module, spec.decode, &globals, FunctionKind::Public)?;
-        self.lower_function(&module, spec.pick_prefill, &globals, FunctionKind::Private)?;
-        self.lower_function(&module, spec.pick_decode, &globals, FunctionKind::Private)?;
-        generate::lower_generate(self, &module, spec)?;
-        self.verify(module)
+        self.build_module(&spec.graphs(), options, inits, |scope| {
+            // iree-compile inlines every call (`generate`'s too), so the model
+            // is compiled once per caller. Keeping a body out of line needs
+            // `no_inline` on `func.call`, which MLIR 22 prints where IREE's
+            // newer parser refuses it.
+            self.lower_function(scope, spec.prefill, FunctionKind::Public)?;
+            self.lower_function(scope, spec.decode, FunctionKind::Public)?;
+            self.lower_function(scope, spec.pick_prefill, FunctionKind::Private)?;
+            self.lower_function(scope, spec.pick_decode, FunctionKind::Private)?;
+            generate::lower_generate(self, scope, spec)
+        })
     }
 
-    /// An empty module holding one global per param of `graphs`.
-    fn new_module<'s>(
+    /// A module holding one global per param of `graphs` and what `body`
+    /// appends, verified.
+    fn build_module<'s>(
         &'s self,
         graphs: &[&Graph],
         options: &LowerOptions,
         inits: &ParamInits<'s>,
-    ) -> Result<(Module<'s>, params::Globals), LowerError> {
+        body: impl FnOnce(&Scope<'s, '_>) -> Result<(), LowerError>,
+    ) -> Result<Module<'s>, LowerError> {
         self.take_diagnostics();
         let module = Module::new(Location::unknown(&self.context));
         let globals = params::declare_globals(self, &module, graphs, options, inits)?;
-        Ok((module, globals))
-    }
-
-    fn verify<'s>(&'s self, module: Module<'s>) -> Result<Module<'s>, LowerError> {
+        body(&Scope { module: &module, globals, callees: RefCell::default() })?;
         if !module.as_operation().verify() {
             return Err(LowerError::Verify { diagnostics: self.take_diagnostics() });
         }
         Ok(module)
     }
 
-    /// Appends the graph as a function of `kind`.
-    fn lower_function(
-        &self,
-        module: &Module<'_>,
-        graph: &Graph,
-        globals: &params::Globals,
-        kind: FunctionKind,
-    ) -> Result<(), LowerError> {
+    /// Appends the graph to the module as a function of `kind`.
+    fn lower_function(&self, scope: &Scope<'_, '_>, graph: &Graph, kind: FunctionKind) -> Result<(), LowerError> {
         let ctx = &self.context;
         let arg_types: Vec<Type> = graph.inputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
         let result_types: Vec<Type> = graph.outputs().iter().map(|&v| tensor_type(ctx, &graph.node(v).ty)).collect();
@@ -254,8 +248,14 @@ impl Session {
                 if matches!(node.op, Op::Input) {
                     continue;
                 }
-                let e =
-                    Emitter { session: self, block: &block, function: &function, node: &node.name, op: node.op.name() };
+                let e = Emitter {
+                    session: self,
+                    scope,
+                    block: &block,
+                    function: &function,
+                    node: &node.name,
+                    op: node.op.name(),
+                };
                 let mut operands = Vec::with_capacity(node.operands.len());
                 for (i, v) in node.operands.iter().enumerate() {
                     let value = values.get(v.0).copied().flatten().ok_or_else(|| {
@@ -264,7 +264,7 @@ impl Session {
                     operands.push(value);
                 }
                 let operand_types: Vec<&TensorType> = node.operands.iter().map(|v| &graph.node(*v).ty).collect();
-                values[index] = Some(e.lower_node(&node.op, &operands, &operand_types, &node.ty, globals)?);
+                values[index] = Some(e.lower_node(&node.op, &operands, &operand_types, &node.ty)?);
             }
             let outputs = graph
                 .outputs()
@@ -291,9 +291,18 @@ impl Session {
         };
         let name = StringAttribute::new(ctx, &graph.name);
         let function = func::func(ctx, name, TypeAttribute::new(function_type.into()), region, &attributes, loc);
-        module.body().append_operation(function);
+        scope.module.body().append_operation(function);
         Ok(())
     }
+}
+
+/// What the functions of one module share while it is built.
+pub(crate) struct Scope<'c, 'm> {
+    module: &'m Module<'c>,
+    /// The global that holds each param.
+    globals: params::Globals,
+    /// Private functions appended for composite ops so far, by symbol.
+    callees: RefCell<HashSet<String>>,
 }
 
 /// How a graph becomes a function.
@@ -355,6 +364,7 @@ pub(crate) struct Function<'c, 'a> {
 /// Appends the ops of one graph node to the function body.
 pub(crate) struct Emitter<'c, 'a> {
     session: &'c Session,
+    scope: &'a Scope<'c, 'a>,
     block: &'a Block<'c>,
     function: &'a Function<'c, 'a>,
     node: &'a str,
@@ -469,6 +479,13 @@ impl<'c, 'a> Emitter<'c, 'a> {
         self.emit(stablehlo::concatenate(ctx, self.tensor_type(&ty), &pieces, dim.into(), self.loc()))
     }
 
+    /// `func.call @callee(inputs)`, returning its results.
+    pub fn call(&self, callee: &str, inputs: &[Value<'c, 'a>], results: &[Type<'c>]) -> Vec<Value<'c, 'a>> {
+        let callee = FlatSymbolRefAttribute::new(self.ctx(), callee);
+        let op = self.block.append_operation(func::call(self.ctx(), callee, inputs, results, self.loc()));
+        (0..results.len()).map(|i| op.result(i).expect("one result per declared type").into()).collect()
+    }
+
     pub fn i64_array(&self, values: &[usize]) -> Attribute<'c> {
         let values: Vec<i64> = values.iter().map(|&v| v as i64).collect();
         DenseI64ArrayAttribute::new(self.ctx(), &values).into()
@@ -480,12 +497,11 @@ impl<'c, 'a> Emitter<'c, 'a> {
         operands: &[Value<'c, 'a>],
         operand_types: &[&TensorType],
         ty: &TensorType,
-        globals: &params::Globals,
     ) -> Result<Value<'c, 'a>, LowerError> {
         let result = self.tensor_type(ty);
         match op {
             Op::Input => Err(self.error("inputs are block arguments, not ops")),
-            Op::Param { name } => params::load_global(self, globals, name, ty),
+            Op::Param { name } => params::load_global(self, &self.scope.globals, name, ty),
             Op::Constant { value } => constant::lower_constant(self, *value, ty),
             Op::Iota { iota_dimension } => constant::lower_iota(self, *iota_dimension, ty),
             Op::Unary(u) => elementwise::lower_unary(self, *u, operands[0], result),
@@ -519,6 +535,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::DotGeneral(dims) => dot_general::lower_dot_general(self, operands[0], operands[1], dims, result),
             Op::Gather => gather::lower_gather(self, operands[0], operands[1], operand_types[0], operand_types[1], ty),
             Op::Reduce { kind, dimensions } => reduce::lower_reduce(self, *kind, operands[0], dimensions, ty),
+            Op::Dequantize { ggml } => dequantize::lower_dequantize(self, *ggml, operands[0], operand_types[0], ty),
         }
     }
 }

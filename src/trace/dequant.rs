@@ -1,7 +1,11 @@
-//! ggml block dequantization as graph ops, for the **Keep** packed-weight
-//! policy: a param stays the checkpoint's raw block bytes (a
-//! `tensor<NBYTESxi8>` global that can point straight into the GGUF file)
-//! and the graph turns it into f32.
+//! ggml block dequantization, for the **Keep** packed-weight policy: a
+//! param stays the checkpoint's raw block bytes (a `tensor<NBYTESxi8>`
+//! global that can point straight into the GGUF file) and the graph turns
+//! it into f32.
+//!
+//! [`dequantize`] traces one composite `dequantize` node
+//! ([`crate::graph::ops::dequantize`]); [`decompose`] is what it means in
+//! StableHLO ops, the body of the private function the lowering calls.
 //!
 //! Each type mirrors its CPU dequantizer in [`crate::weights::quant`]
 //! (which is bit-exact with gguf-py) operation by operation: the bytes are
@@ -17,49 +21,24 @@
 //! into an FMA or reassociates the products therefore gets the same bits.
 
 use super::{Tensor, TraceError};
-use crate::graph::{DType, TensorType};
+use crate::graph::{DType, Op, TensorType};
 use crate::weights::ggml::{GgmlType, QK_K};
 
+pub use crate::graph::ops::dequantize::supported;
+
 type Result<T> = std::result::Result<T, TraceError>;
-
-const OP: &str = "dequantize";
-
-fn fail<T>(message: impl Into<String>) -> Result<T> {
-    Err(TraceError::Op { op: OP, message: message.into() })
-}
-
-/// Whether [`dequantize`] handles `ty`.
-pub fn supported(ty: GgmlType) -> bool {
-    use GgmlType as T;
-    matches!(ty, T::Q8_0 | T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q2_K | T::Q3_K | T::Q4_K | T::Q5_K | T::Q6_K)
-}
 
 /// The f32 values of `raw`, the ggml `ty` blocks of a tensor of `shape`
 /// (row-major, as [`crate::weights::gguf::GgufTensor::shape`] gives it).
 /// `raw` is 1-D `i8` or `ui8` holding exactly `ty.byte_len(prod(shape))`
 /// bytes. Bit-exact with [`crate::weights::quant::dequantize`].
 pub fn dequantize<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result<Tensor<'t>> {
-    if !supported(ty) {
-        return fail(format!(
-            "ggml type {ty} is not supported in graphs (supported: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K)"
-        ));
-    }
-    if raw.ty.rank() != 1 || !matches!(raw.ty.dtype, DType::I8 | DType::UI8) {
-        return fail(format!("{ty}: expects raw block bytes as a 1-D i8 or ui8 tensor, found {}", raw.ty));
-    }
-    let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
-    let Some(n) = n else {
-        return fail(format!("{ty}: the element count of shape {shape:?} overflows"));
-    };
-    let Some(len) = ty.byte_len(n) else {
-        return fail(format!(
-            "{ty}: shape {shape:?} ({n} elements) is not a whole number of {}-value blocks",
-            ty.block_size()
-        ));
-    };
-    if raw.ty.shape[0] as u64 != len {
-        return fail(format!("{ty}: shape {shape:?} needs {len} bytes, found {}", raw.ty));
-    }
+    raw.tracer.push("", Op::Dequantize { ggml: ty }, &[raw], Some(TensorType::new(shape.to_vec(), DType::F32)))
+}
+
+/// [`dequantize`] in StableHLO ops, for `raw` and `shape` that its shape
+/// rule admits.
+pub fn decompose<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result<Tensor<'t>> {
     let blocks = Blocks::new(raw, ty)?;
     use GgmlType as T;
     let y = match ty {
@@ -73,7 +52,7 @@ pub fn dequantize<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result
         T::Q4_K => q4_k(&blocks)?,
         T::Q5_K => q5_k(&blocks)?,
         T::Q6_K => q6_k(&blocks)?,
-        _ => unreachable!("supported() admits only the types above"),
+        _ => return Err(TraceError::Op { op: "dequantize", message: format!("ggml type {ty} has no decomposition") }),
     };
     y.reshape(shape)
 }
@@ -448,22 +427,33 @@ mod tests {
         ))
     }
 
+    /// Every type dequantized from its param, by `op` ([`dequantize`] or
+    /// [`decompose`]).
+    fn graph_of(names: &[String], raw: &[Vec<u8>], op: DequantizeFn) -> crate::graph::Graph {
+        let t = Tracer::new("main");
+        let mut outs = Vec::new();
+        for ((&ty, name), bytes) in TYPES.iter().zip(names).zip(raw) {
+            let p = t.param(name, TensorType::new([bytes.len()], DType::I8)).unwrap();
+            let y = op(&p, ty, &shape_of(ty)).unwrap();
+            assert_eq!(y.ty, TensorType::new(shape_of(ty), DType::F32));
+            outs.push(y);
+        }
+        t.finish(&outs.iter().collect::<Vec<_>>()).unwrap()
+    }
+
+    type DequantizeFn = for<'t> fn(&Tensor<'t>, GgmlType, &[usize]) -> Result<Tensor<'t>>;
+
+    /// The composite op through IREE (its lowering calls the decomposition)
+    /// and the interpreter (the CPU dequantizer), and the decomposition
+    /// itself through the interpreter.
     #[test]
     fn iree_and_interpreter_match_the_cpu_dequantizers_bit_for_bit() {
         assert!(TYPES.iter().all(|&t| supported(t)));
         assert_eq!(GgmlType::ALL.iter().filter(|&&t| supported(t)).count(), TYPES.len());
         let raw: Vec<Vec<u8>> = TYPES.iter().map(|&ty| random_blocks(ty, 0x5eed)).collect();
         let names: Vec<String> = TYPES.iter().map(|ty| format!("q.{ty}")).collect();
-
-        let t = Tracer::new("main");
-        let mut outs = Vec::new();
-        for ((&ty, name), bytes) in TYPES.iter().zip(&names).zip(&raw) {
-            let p = t.param(name, TensorType::new([bytes.len()], DType::I8)).unwrap();
-            let y = dequantize(&p, ty, &shape_of(ty)).unwrap();
-            assert_eq!(y.ty, TensorType::new(shape_of(ty), DType::F32));
-            outs.push(y);
-        }
-        let graph = t.finish(&outs.iter().collect::<Vec<_>>()).unwrap();
+        let graph = graph_of(&names, &raw, dequantize);
+        let decomposed = graph_of(&names, &raw, decompose);
 
         let dir = tempfile::tempdir().unwrap();
         let params_path = dir.path().join("params.safetensors");
@@ -481,6 +471,7 @@ mod tests {
 
         let params = SafeTensors::open(&params_path).unwrap();
         let interp_out = interp::run(&graph, &[], &params).unwrap();
+        let decomposed_out = interp::run(&decomposed, &[], &params).unwrap();
 
         let iree = Iree::for_tests();
         let mlir_path = dir.path().join("module.mlir");
@@ -494,6 +485,9 @@ mod tests {
         for (i, &ty) in TYPES.iter().enumerate() {
             if let Some(m) = first_mismatch(&interp_out[i], &expected[i]) {
                 failures.push(format!("{ty} interpreter: {m}"));
+            }
+            if let Some(m) = first_mismatch(&decomposed_out[i], &expected[i]) {
+                failures.push(format!("{ty} decomposition, interpreter: {m}"));
             }
             if let Some(m) = first_mismatch(&npy::read(&out_paths[i]).unwrap(), &expected[i]) {
                 failures.push(format!("{ty} IREE: {m}"));

@@ -142,6 +142,15 @@ impl GgmlType {
     }
 }
 
+impl std::str::FromStr for GgmlType {
+    type Err = String;
+
+    /// ggml's name, as [`GgmlType::name`] spells it.
+    fn from_str(s: &str) -> Result<Self, String> {
+        TABLE.iter().find(|r| r.2 == s).map(|r| r.0).ok_or_else(|| format!("unknown ggml type '{s}'"))
+    }
+}
+
 impl fmt::Display for GgmlType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -168,5 +177,7 @@ mod tests {
         assert_eq!(GgmlType::from_id(4), None);
         assert_eq!(GgmlType::Q4_0.byte_len(64), Some(36));
         assert_eq!(GgmlType::Q4_0.byte_len(33), None);
+        assert!(GgmlType::ALL.iter().all(|t| t.name().parse() == Ok(*t)));
+        assert!("Q4_Z".parse::<GgmlType>().is_err());
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod bitwise;
 pub mod constant;
+pub mod dequantize;
 pub mod dot_general;
 pub mod dynamic_slice;
 pub mod elementwise;
@@ -15,6 +16,7 @@ pub mod layout;
 pub mod reduce;
 
 use super::{DType, ShapeError, TensorType};
+use crate::weights::ggml::GgmlType;
 use std::fmt;
 
 pub use bitwise::BitwiseOp;
@@ -22,8 +24,8 @@ pub use dot_general::DotDimensions;
 pub use elementwise::{BinaryOp, ComparisonDirection, UnaryOp};
 pub use reduce::ReduceKind;
 
-/// What a node computes: StableHLO ops plus `input` and `param`. Attributes
-/// are fields; operands are the node's.
+/// What a node computes: StableHLO ops plus `input`, `param` and the
+/// composite `dequantize`. Attributes are fields; operands are the node's.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// A function argument; its type is declared.
@@ -114,6 +116,11 @@ pub enum Op {
         /// The dims reduced away.
         dimensions: Vec<usize>,
     },
+    /// ggml blocks (1-D `i8`/`ui8` bytes) to f32 of the declared shape.
+    Dequantize {
+        /// The blocks' ggml type.
+        ggml: GgmlType,
+    },
 }
 
 /// An attribute value in the graph text: `3`, `1.5`, `[1, 0]`, `LT`.
@@ -176,6 +183,7 @@ impl Op {
             Op::DotGeneral(_) => "dot_general",
             Op::Gather => "gather",
             Op::Reduce { .. } => "reduce",
+            Op::Dequantize { .. } => "dequantize",
         }
     }
 
@@ -192,6 +200,7 @@ impl Op {
                 | Op::BitcastConvert
                 | Op::Reshape
                 | Op::BroadcastInDim { .. }
+                | Op::Dequantize { .. }
         )
     }
 
@@ -209,7 +218,8 @@ impl Op {
             | Op::Transpose { .. }
             | Op::BroadcastInDim { .. }
             | Op::Slice { .. }
-            | Op::Reduce { .. } => (1, false),
+            | Op::Reduce { .. }
+            | Op::Dequantize { .. } => (1, false),
             Op::Binary(_) | Op::Bitwise(_) | Op::Compare(_) | Op::Pad { .. } | Op::DotGeneral(_) | Op::Gather => {
                 (2, false)
             }
@@ -276,6 +286,9 @@ impl Op {
             Op::DotGeneral(dims) => dot_general::infer_dot_general(operands[0], operands[1], dims),
             Op::Gather => gather::infer_gather(operands[0], operands[1]),
             Op::Reduce { kind, dimensions } => reduce::infer_reduce(*kind, operands[0], dimensions),
+            Op::Dequantize { ggml } => {
+                dequantize::infer_dequantize(*ggml, operands[0], declared.expect("declared-type op"))
+            }
         }?;
         Ok(inferred)
     }
@@ -325,6 +338,7 @@ impl Op {
                 ("kind", AttrValue::Ident(kind.as_str().into())),
                 ("dimensions", AttrValue::Ints(dimensions.clone())),
             ],
+            Op::Dequantize { ggml } => vec![("ggml_type", AttrValue::Ident(ggml.name().into()))],
         }
     }
 
@@ -365,6 +379,7 @@ impl Op {
             }),
             "gather" => Op::Gather,
             "reduce" => Op::Reduce { kind: attrs.ident("kind")?.parse()?, dimensions: attrs.ints("dimensions")? },
+            "dequantize" => Op::Dequantize { ggml: attrs.ident("ggml_type")?.parse()? },
             other => {
                 if let Some(u) = UnaryOp::ALL.iter().find(|u| u.name() == other) {
                     Op::Unary(*u)

@@ -1,0 +1,76 @@
+//! ggml block dequantization: kiln's one composite op.
+//!
+//! `dequantize(raw: tensor<NBYTES x i8|ui8>) -> tensor<shape x f32>` reads
+//! `raw` as the blocks of a ggml-quantized tensor of `shape` (row-major, as
+//! GGUF stores it). It stays one node so that a model's hundreds of packed
+//! weights, which come in a handful of (type, shape) pairs, share one
+//! decomposition each: the lowering calls a private function built from
+//! [`crate::trace::dequant::decompose`], and the interpreter runs the CPU
+//! dequantizer it is bit-exact with.
+
+use crate::graph::{DType, ShapeError, TensorType};
+use crate::weights::ggml::GgmlType;
+
+const OP: &str = "dequantize";
+
+/// The ggml types `dequantize` takes.
+pub const SUPPORTED: [GgmlType; 10] = {
+    use GgmlType as T;
+    [T::Q8_0, T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K]
+};
+
+/// Whether `dequantize` handles `ty`.
+pub fn supported(ty: GgmlType) -> bool {
+    SUPPORTED.contains(&ty)
+}
+
+/// `declared` (f32, static) if `raw` is 1-D `i8`/`ui8` holding exactly the
+/// bytes of a `ggml` tensor of `declared`'s shape.
+pub fn infer_dequantize(ggml: GgmlType, raw: &TensorType, declared: &TensorType) -> Result<TensorType, ShapeError> {
+    let fail = |message: String| Err(ShapeError::new(OP, "kiln", message));
+    if !supported(ggml) {
+        let names: Vec<&str> = SUPPORTED.iter().map(|t| t.name()).collect();
+        return fail(format!("ggml type {ggml} is not supported in graphs (supported: {})", names.join(" ")));
+    }
+    if raw.rank() != 1 || raw.is_dynamic() || !matches!(raw.dtype, DType::I8 | DType::UI8) {
+        return fail(format!("{ggml}: expects raw block bytes as a static 1-D i8 or ui8 tensor, found {raw}"));
+    }
+    if declared.dtype != DType::F32 || declared.is_dynamic() {
+        return fail(format!("{ggml}: the result is a static f32 tensor, found {declared}"));
+    }
+    let shape = &declared.shape;
+    let n = declared.num_elements() as u64;
+    let Some(len) = ggml.byte_len(n) else {
+        return fail(format!(
+            "{ggml}: shape {shape:?} ({n} elements) is not a whole number of {}-value blocks",
+            ggml.block_size()
+        ));
+    };
+    if raw.shape[0] as u64 != len {
+        return fail(format!("{ggml}: shape {shape:?} needs {len} bytes, found {raw}"));
+    }
+    Ok(declared.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ty(s: &str) -> TensorType {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn byte_count_type_and_dtypes_are_checked() {
+        let out = infer_dequantize(GgmlType::Q4_0, &ty("tensor<36xi8>"), &ty("tensor<2x32xf32>")).unwrap();
+        assert_eq!(out.to_string(), "tensor<2x32xf32>");
+        assert!(infer_dequantize(GgmlType::Q4_0, &ty("tensor<36xui8>"), &ty("tensor<64xf32>")).is_ok());
+        let err = |g, raw: &str, out: &str| infer_dequantize(g, &ty(raw), &ty(out)).unwrap_err().to_string();
+        assert!(err(GgmlType::Q4_0, "tensor<36xi8>", "tensor<3x32xf32>").contains("needs 54 bytes"));
+        assert!(err(GgmlType::Q4_0, "tensor<36xi8>", "tensor<2x31xf32>").contains("whole number of 32-value blocks"));
+        assert!(err(GgmlType::IQ4_NL, "tensor<36xi8>", "tensor<2x32xf32>").contains("not supported"));
+        assert!(err(GgmlType::Q4_0, "tensor<36xf32>", "tensor<2x32xf32>").contains("1-D i8 or ui8"));
+        assert!(err(GgmlType::Q4_0, "tensor<36xi8>", "tensor<2x32xf16>").contains("static f32"));
+        assert!(!supported(GgmlType::F16) && !supported(GgmlType::Q8_K));
+    }
+}

@@ -1,0 +1,39 @@
+//! `dequantize`: the CPU dequantizer, which the graph decomposition in
+//! [`crate::trace::dequant`] is bit-exact with (tested there).
+
+use super::{Buffer, Value};
+use crate::weights::ggml::GgmlType;
+use crate::weights::quant;
+
+pub(super) fn dequantize(ggml: GgmlType, raw: &Value) -> Result<Buffer, String> {
+    let bytes: Vec<u8> = match &raw.data {
+        Buffer::UI8(bytes) => return dequantize_bytes(ggml, bytes),
+        // The bit pattern is the block data; the sign is the graph's view.
+        Buffer::I8(values) => values.iter().map(|&b| b as u8).collect(),
+        _ => return Err(format!("expects i8 or ui8 block bytes, found {}", raw.ty)),
+    };
+    dequantize_bytes(ggml, &bytes)
+}
+
+fn dequantize_bytes(ggml: GgmlType, bytes: &[u8]) -> Result<Buffer, String> {
+    quant::dequantize_to_vec(ggml, bytes).map(Buffer::F32).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp::tests::val;
+
+    #[test]
+    fn signed_and_unsigned_bytes_read_alike() {
+        // One Q8_0 block: d = 0.5 (f16 0x3800), then 32 int8 quants.
+        let mut block = vec![0x00u8, 0x38];
+        block.extend((0..32).map(|i: i8| (i - 16) as u8));
+        let want: Vec<f32> = (0..32).map(|i| (i - 16) as f32 * 0.5).collect();
+        let unsigned = val("tensor<34xui8>", block.clone());
+        let signed = val("tensor<34xi8>", block.iter().map(|&b| b as i8).collect::<Vec<i8>>());
+        assert_eq!(dequantize(GgmlType::Q8_0, &unsigned).unwrap(), Buffer::from(want.clone()));
+        assert_eq!(dequantize(GgmlType::Q8_0, &signed).unwrap(), Buffer::from(want));
+        assert!(dequantize(GgmlType::Q8_0, &val("tensor<34xi32>", vec![0i32; 34])).is_err());
+    }
+}

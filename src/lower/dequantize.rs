@@ -1,0 +1,41 @@
+//! `dequantize` as `func.call` to one private function per (ggml type, raw
+//! type, shape), appended at its first use; the body is the decomposition
+//! in [`crate::trace::dequant::decompose`].
+//!
+//! A model dequantizes hundreds of packed weights in each entry point, but
+//! they come in a handful of (type, shape) pairs: sharing the bodies keeps
+//! an 8B Q4_K_M module at a fifth of the ops it has inline, and the export's
+//! memory with it. iree-compile inlines the calls again.
+
+use super::{Emitter, FunctionKind, LowerError};
+use crate::graph::{DType, TensorType};
+use crate::trace::{dequant, Tracer};
+use crate::weights::ggml::GgmlType;
+use melior::ir::Value;
+
+pub(super) fn lower_dequantize<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    ggml: GgmlType,
+    raw: Value<'c, 'a>,
+    raw_ty: &TensorType,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let callee = callee_name(ggml, raw_ty, ty);
+    if e.scope.callees.borrow_mut().insert(callee.clone()) {
+        let t = Tracer::new(&callee);
+        let body = t
+            .input("raw", raw_ty.clone())
+            .and_then(|raw| dequant::decompose(&raw, ggml, &ty.shape))
+            .and_then(|y| t.finish(&[&y]))
+            .map_err(|err| e.error(format!("cannot build @{callee}: {err}")))?;
+        e.session.lower_function(e.scope, &body, FunctionKind::Private)?;
+    }
+    Ok(e.call(&callee, &[raw], &[e.tensor_type(ty)])[0])
+}
+
+/// `dequantize_q4_k_4096x14336`, with `_ui8` for unsigned raw bytes.
+fn callee_name(ggml: GgmlType, raw_ty: &TensorType, ty: &TensorType) -> String {
+    let dims: Vec<String> = ty.shape.iter().map(usize::to_string).collect();
+    let unsigned = if raw_ty.dtype == DType::UI8 { "_ui8" } else { "" };
+    format!("dequantize_{}_{}{unsigned}", ggml.name().to_lowercase(), dims.join("x"))
+}
