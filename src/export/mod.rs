@@ -169,7 +169,7 @@ pub enum Source {
         /// The directory.
         dir: PathBuf,
         /// Its config and mapped safetensors.
-        checkpoint: HfCheckpoint,
+        checkpoint: Box<HfCheckpoint>,
     },
 }
 
@@ -177,7 +177,7 @@ impl Source {
     /// A `.gguf` file, or an HF checkpoint directory.
     pub fn open(path: &Path) -> Result<Source> {
         if path.is_dir() {
-            return Ok(Source::Hf { dir: path.to_path_buf(), checkpoint: HfCheckpoint::open(path)? });
+            return Ok(Source::Hf { dir: path.to_path_buf(), checkpoint: Box::new(HfCheckpoint::open(path)?) });
         }
         match path.extension().and_then(|e| e.to_str()) {
             Some("gguf") => Ok(Source::Gguf(Gguf::open(path)?)),
