@@ -71,7 +71,7 @@ pub(super) fn lower_generate(
         let n_new: Value = block.argument(1).expect("generate has two arguments").into();
         let function = Function { dynamic_source: None, dynamic_size: OnceCell::new(), dynamic_index: OnceCell::new() };
         let e = Emitter { session, scope, block: &block, function: &function, node: "generate", op: "generate" };
-        let int = |v: i64| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v).into(), loc));
+        let int = |v: i64| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v), loc));
         let (zero, one) = (int(0)?, int(1)?);
 
         let prefill = call(&e, spec.prefill, &[prompt]);
@@ -114,8 +114,8 @@ pub(super) fn lower_generate(
             let e = Emitter { block: &body, function: &function, ..e };
             let arg = |i: usize| -> Value { body.argument(i).expect("one argument per carried value").into() };
             let i = arg(0);
-            let one = e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, 1).into(), loc))?;
-            let zero = e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, 0).into(), loc))?;
+            let one = e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, 1), loc))?;
+            let zero = e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, 0), loc))?;
             // The previous token sits at len + i - 1.
             let after = e.emit(stablehlo::add(ctx, t(&i32_scalar), arg(len_at), i, loc))?;
             let position = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), after, one, loc))?;
