@@ -137,7 +137,7 @@ impl Config {
     /// Whether layer `i` attends within the sliding window (local) rather
     /// than to the whole sequence (global).
     pub fn is_sliding(&self, i: usize) -> bool {
-        self.sliding_window.is_some() && (i + 1) % SLIDING_WINDOW_PATTERN != 0
+        self.sliding_window.is_some() && !(i + 1).is_multiple_of(SLIDING_WINDOW_PATTERN)
     }
 }
 
@@ -536,7 +536,8 @@ mod tests {
         let (input_npy, output_npy) = (dir.path().join("tokens.npy"), dir.path().join("logits.npy"));
         crate::npy::write(&input_npy, &input).unwrap();
         let start = Instant::now();
-        iree.run(&vmfb, "main", &[input_npy], &[("model", gemma3_path().as_path())], &[output_npy.clone()]).unwrap();
+        iree.run(&vmfb, "main", &[input_npy], &[("model", gemma3_path().as_path())], std::slice::from_ref(&output_npy))
+            .unwrap();
         eprintln!("iree-run-module: {:.2?}", start.elapsed());
         let iree_logits = crate::npy::read(&output_npy).unwrap().to_f64_vec();
         let iree_diff = diff(&logits, &iree_logits);

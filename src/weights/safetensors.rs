@@ -246,9 +246,11 @@ pub struct SafeTensors {
     metadata: BTreeMap<String, String>,
 }
 
-/// The header of a safetensors file: data section start, entries sorted by
-/// offset, and `__metadata__`.
-fn parse(path: &Path, map: &[u8]) -> Result<(usize, Vec<Entry>, BTreeMap<String, String>), WeightsError> {
+/// A parsed header: data section start, entries sorted by offset, and `__metadata__`.
+type ParsedHeader = (usize, Vec<Entry>, BTreeMap<String, String>);
+
+/// The header of a safetensors file.
+fn parse(path: &Path, map: &[u8]) -> Result<ParsedHeader, WeightsError> {
     let bad = |message: String| WeightsError::Format { path: path.to_path_buf(), message };
     let len = map.len() as u64;
     if len < 8 {
