@@ -5,7 +5,9 @@
 //! from `dialects/*.td` ([`dialects`]). Result types are the ones stored on
 //! the graph nodes, which the shape rules computed by the StableHLO spec.
 //! Every op carries a `NameLoc` with its node's name, so diagnostics point
-//! back at the graph. The module is verified before anyone can print it.
+//! back at the graph. The composite `dequantize` becomes a call to a
+//! private function built once per module (`lower/dequantize.rs`). The module is
+//! verified before anyone can print it.
 
 pub mod dialects;
 
