@@ -80,6 +80,10 @@ printf '%-34s %8s %10s %14s\n' export "wall s" "RSS MB" "bytes"
 export_row smollm2-reference "$smollm2" 3 --packed keep
 export_row smollm2-archive-bf16 "$smollm2" 3 --params archive --packed dequantize --dtype bf16
 export_row smollm2-inline "$smollm2" 3 --params inline --packed keep
+if [ ! -f "$bench/smollm2-hf/model.safetensors" ]; then
+  .venv/bin/python test/models/gguf_to_hf.py "$smollm2" "$bench/smollm2-hf" > /dev/null
+fi
+export_row smollm2-hf-f32-archive-bf16 "$bench/smollm2-hf" 3 --params archive --dtype bf16
 export_row gemma3-270m-reference "$gemma3" 3 --packed keep
 export_row gemma3-270m-archive-bf16 "$gemma3" 3 --params archive --packed dequantize --dtype bf16
 export_row gemma3-270m-inline "$gemma3" 3 --params inline --packed keep

@@ -245,8 +245,7 @@ impl Source {
     pub fn release(&self, bytes: &[u8]) {
         match self {
             Source::Gguf(gguf) => gguf.release(bytes),
-            // Safetensors pages stay mapped until the export ends.
-            Source::Hf { .. } => {}
+            Source::Hf { checkpoint, .. } => checkpoint.release(bytes),
         }
     }
 

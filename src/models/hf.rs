@@ -117,9 +117,19 @@ impl HfCheckpoint {
     /// Every safetensors file: IREE reads params from each given with
     /// `--parameters=model=FILE`.
     pub fn files(&self) -> Vec<&Path> {
+        self.shards().iter().map(|file| file.path()).collect()
+    }
+
+    /// Drops `bytes` (tensor data a streaming reader is done with) from
+    /// resident memory, whichever file they are in.
+    pub fn release(&self, bytes: &[u8]) {
+        self.shards().iter().for_each(|file| file.release(bytes));
+    }
+
+    fn shards(&self) -> &[SafeTensors] {
         match &self.files {
-            Files::Single(file) => vec![file.path()],
-            Files::Sharded { shards, .. } => shards.shards().iter().map(SafeTensors::path).collect(),
+            Files::Single(file) => std::slice::from_ref(file),
+            Files::Sharded { shards, .. } => shards.shards(),
         }
     }
 }

@@ -431,22 +431,11 @@ impl Gguf<Mmap> {
         Gguf::parse_at(path.to_path_buf(), map)
     }
 
-    /// Tells the OS that a streaming reader is done with `bytes` (a view of
-    /// this file, e.g. a tensor's data): their pages leave the process's
-    /// resident memory, and are read from the file again if touched. Reading
-    /// a whole multi-GB checkpoint then costs no more memory than a chunk.
-    /// Bytes outside the map are ignored.
+    /// Drops `bytes` (a view of this file, e.g. a tensor's data, that a
+    /// streaming reader is done with) from resident memory; see
+    /// [`super::release_pages`].
     pub fn release(&self, bytes: &[u8]) {
-        let base = self.data.as_ptr() as usize;
-        let start = bytes.as_ptr() as usize;
-        if start < base || start + bytes.len() > base + self.data.len() || bytes.is_empty() {
-            return;
-        }
-        // SAFETY: the map is a read-only file mapping, so dropped pages are
-        // read back from the file, never zero-filled: no view changes.
-        // memmap2 aligns the range to pages. Failure only leaves them resident.
-        let _ =
-            unsafe { self.data.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start - base, bytes.len()) };
+        super::release_pages(&self.data, bytes);
     }
 }
 

@@ -8,8 +8,25 @@ pub mod quant;
 pub mod safetensors;
 pub mod synth;
 
+use memmap2::Mmap;
 use std::path::PathBuf;
 use thiserror::Error;
+
+/// Tells the OS that a streaming reader is done with `bytes`, a view of
+/// `map`: their pages leave the process's resident memory and are read from
+/// the file again if touched, so reading a whole multi-GB checkpoint costs
+/// no more memory than a chunk. Bytes outside the map are ignored.
+pub(crate) fn release_pages(map: &Mmap, bytes: &[u8]) {
+    let base = map.as_ptr() as usize;
+    let start = bytes.as_ptr() as usize;
+    if start < base || start + bytes.len() > base + map.len() || bytes.is_empty() {
+        return;
+    }
+    // SAFETY: the map is a read-only file mapping, so dropped pages are
+    // read back from the file, never zero-filled: no view changes.
+    // memmap2 aligns the range to pages. Failure only leaves them resident.
+    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start - base, bytes.len()) };
+}
 
 /// Every error names the file; tensor-level ones also name the tensor.
 #[derive(Debug, Error)]
@@ -40,4 +57,25 @@ pub enum WeightsError {
         /// What is wrong.
         message: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Released pages are read back from the file, never zero-filled; views
+    /// outside the map are left alone.
+    #[test]
+    fn released_pages_read_back_unchanged() {
+        let bytes: Vec<u8> = (0..5 * 4096u32).map(|i| (i % 251) as u8 + 1).collect();
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), &bytes).unwrap();
+        // SAFETY: the temporary file is not modified while mapped.
+        let map = unsafe { Mmap::map(file.as_file()) }.unwrap();
+        assert_eq!(&map[..], &bytes[..]);
+        release_pages(&map, &map[100..3 * 4096 + 7]);
+        release_pages(&map, &bytes[..4096]);
+        release_pages(&map, &map[..0]);
+        assert_eq!(&map[..], &bytes[..]);
+    }
 }

@@ -344,6 +344,12 @@ impl SafeTensors {
         &self.path
     }
 
+    /// Drops `bytes` (a view of this file that a streaming reader is done
+    /// with) from resident memory; see [`super::release_pages`].
+    pub fn release(&self, bytes: &[u8]) {
+        super::release_pages(&self.map, bytes);
+    }
+
     /// All tensors in file order.
     pub fn tensors(&self) -> impl Iterator<Item = TensorView<'_>> {
         self.entries.iter().map(|e| self.view(e))
