@@ -23,6 +23,10 @@ use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
 use crate::weights::hf_config::HfConfig;
 
+/// Llama 3.1 GGUFs' rope scaling: one divisor per rotary frequency, written
+/// by llama.cpp's converter from HF's `rope_scaling` (`rope_type: llama3`).
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
 /// Hyper-parameters, from GGUF metadata under llama.cpp's key names (or
 /// from HF's `config.json`: [`Config::from_hf`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -122,9 +126,6 @@ impl Config {
                 "{arch}.rope.dimension_count {} != head dim {head_dim}: partial rotary embeddings are not supported",
                 config.rope_dimension_count
             )));
-        }
-        if gguf.tensor("rope_freqs.weight").is_some() {
-            return Err(ModelError::Config("rope_freqs.weight (Llama 3.1 rope scaling) is not supported yet".into()));
         }
         Ok(config)
     }
@@ -356,6 +357,8 @@ pub struct Llama<'t> {
     /// The hyper-parameters the model was loaded with.
     pub config: Config,
     token_embd: Weight<'t>,
+    /// `rope_freqs.weight`: per-frequency divisors (Llama 3.1 GGUFs).
+    rope_freqs: Option<Tensor<'t>>,
     blocks: Vec<Block<'t>>,
     output_norm: Tensor<'t>,
     output: Tensor<'t>,
@@ -367,9 +370,13 @@ impl<'t> Llama<'t> {
         let c = c.clone();
         let (vocab, hidden) = (c.vocab_size, c.embedding_length);
         let token_embd = weights.load(t, "token_embd.weight", &[vocab, hidden])?;
+        let rope_freqs = match weights.contains(ROPE_FREQS) {
+            true => Some(weights.load(t, ROPE_FREQS, &[c.head_dim / 2])?.f32()?),
+            false => None,
+        };
         let blocks = (0..c.block_count).map(|i| Block::load(t, weights, i, &c)).collect::<Result<Vec<_>>>()?;
         let (output_norm, output) = load_head(t, weights, &token_embd)?;
-        Ok(Llama { tracer: t, config: c, token_embd, blocks, output_norm, output })
+        Ok(Llama { tracer: t, config: c, token_embd, rope_freqs, blocks, output_norm, output })
     }
 
     /// `tokens [seq]` i32 at `positions [seq]` i32 -> logits `[seq, vocab]` f32,
@@ -388,8 +395,11 @@ impl<'t> Llama<'t> {
         mut cache: Option<&mut KvCache<'t>>,
     ) -> Result<Tensor<'t>> {
         let c = &self.config;
-        let rotation =
-            Rope::new(c.head_dim, c.rope_freq_base, c.rope_style).with_scaling(c.rope_scaling).at(positions)?;
+        let rope = Rope::new(c.head_dim, c.rope_freq_base, c.rope_style).with_scaling(c.rope_scaling);
+        let rotation = match &self.rope_freqs {
+            Some(factors) => rope.at_with_freq_factors(positions, factors)?,
+            None => rope.at(positions)?,
+        };
         let mut x = self.token_embd.rows(tokens)?;
         for (layer, block) in self.blocks.iter().enumerate() {
             x = block.forward(&x, &rotation, mask, cache.as_deref_mut().map(|c| (c, layer)))?;
@@ -439,6 +449,7 @@ mod tests {
     use crate::lower::{lower_to_string, LowerOptions};
     use crate::models::testing::{gguf_bytes, smollm2_path, Fill, Meta};
     use crate::models::{scalar_i32, token_ids, Family, GgufWeights, PackedPolicy};
+    use crate::weights::synth::Llama3Rope;
     use std::time::Instant;
 
     fn keep<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> GgufWeights<'_, D> {
@@ -495,6 +506,16 @@ mod tests {
     /// 16) with seeded weights: norms F32, matrices Q8_0 (the Keep path),
     /// `output.weight` F32 unless tied.
     fn tiny(arch: &'static str, tied: bool, skip: &[&str]) -> Vec<u8> {
+        tiny_with(arch, tied, skip, vec![])
+    }
+
+    /// [`tiny`] with `extra` tensors.
+    fn tiny_with(
+        arch: &'static str,
+        tied: bool,
+        skip: &[&str],
+        extra: Vec<(String, Vec<usize>, u32, Vec<u8>)>,
+    ) -> Vec<u8> {
         const Q8_0: u32 = 8;
         let (hidden, ff, vocab, heads, kv_heads, blocks) = (32, 64, 16, 4, 2, 2);
         let hd = hidden / heads;
@@ -531,6 +552,7 @@ mod tests {
         if !tied {
             tensors.push(("output.weight".into(), vec![vocab, hidden], 0, f32s(vocab * hidden, 0.0)));
         }
+        tensors.extend(extra);
         tensors.retain(|t| !skip.contains(&t.0.as_str()));
         // Keys under the architecture's prefix (`qwen2.block_count`).
         let prefix = if arch == "gpt2" { "llama" } else { arch };
@@ -785,5 +807,43 @@ mod tests {
         let biases: Vec<&str> = biases.iter().map(String::as_str).collect();
         let no_bias = Gguf::parse(tiny("qwen2", true, &biases)).unwrap();
         assert_ne!(logits(&qwen2), logits(&no_bias), "the biases count");
+    }
+
+    /// A Llama 3.1 GGUF's `rope_freqs.weight` (llama.cpp's converter writes
+    /// HF's `rope_scaling: llama3` as one divisor per frequency) rotates as
+    /// the llama3 scaling computed in the graph does.
+    #[test]
+    fn rope_freqs_divide_frequencies_as_llama3_scaling_does() {
+        let rope = Llama3Rope { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_context: 64 };
+        let hd = 8;
+        let divisors = rope.rope_freqs(hd, 10000.0);
+        assert!(divisors[0] == 1.0 && divisors[3] == 8.0 && divisors[1] > 1.0, "{divisors:?}: every branch is taken");
+        let bytes = divisors.iter().flat_map(|d| d.to_le_bytes()).collect();
+        let with =
+            Gguf::parse(tiny_with("llama", true, &[], vec![(ROPE_FREQS.into(), vec![hd / 2], 0, bytes)])).unwrap();
+        let plain = Gguf::parse(tiny("llama", true, &[])).unwrap();
+        let ids = [1, 5, 9, 3, 7, 2, 11, 4, 6, 0, 13, 8];
+        let logits = |config: &Config, gguf: &Gguf<Vec<u8>>| {
+            let graph = super::prefill(config, &keep(gguf), ids.len()).unwrap();
+            interp::run(&graph, &[tokens(&ids)], &keep(gguf)).unwrap().remove(0).to_f64_vec()
+        };
+        let mut scaled = Config::from_gguf(&plain).unwrap();
+        scaled.rope_scaling = RopeScaling::Llama3 {
+            factor: rope.factor,
+            low_freq_factor: rope.low_freq_factor,
+            high_freq_factor: rope.high_freq_factor,
+            original_max_position_embeddings: rope.original_context,
+        };
+        let from_tensor = logits(&Config::from_gguf(&with).unwrap(), &with);
+        let unscaled = logits(&Config::from_gguf(&plain).unwrap(), &plain);
+        let diff = max_abs_diff(&from_tensor, &logits(&scaled, &plain));
+        let effect = max_abs_diff(&from_tensor, &unscaled);
+        eprintln!("rope_freqs vs llama3 scaling: {diff:e}; vs none: {effect:e}");
+        assert!(diff < 1e-4 && effect > 1e4 * diff, "{diff:e} {effect:e}");
+
+        let wrong = vec![(ROPE_FREQS.into(), vec![hd], 0, vec![0; 4 * hd])];
+        let wrong = Gguf::parse(tiny_with("llama", true, &[], wrong)).unwrap();
+        let e = prefill(&keep(&wrong), 4).unwrap_err().to_string();
+        assert!(e.contains(ROPE_FREQS), "{e}");
     }
 }

@@ -458,11 +458,26 @@ impl Rope {
     /// The rotation at `positions` (`[seq]`, integer): angles
     /// `θ[p, i] = positions[p] · inv_freq[i]`, and their cos and sin.
     pub fn at<'t>(&self, positions: &Tensor<'t>) -> Result<Rotation<'t>> {
+        self.rotation(positions, self.inv_freq(positions.tracer)?)
+    }
+
+    /// [`Rope::at`] with frequency `i` divided by `freq_factors[i]`
+    /// (`[head_dim/2]` f32): llama.cpp's `rope_freqs.weight`, which Llama 3.1
+    /// GGUFs carry in place of rope-scaling keys (`ggml_rope_ext`'s
+    /// `freq_factors`).
+    pub fn at_with_freq_factors<'t>(&self, positions: &Tensor<'t>, freq_factors: &Tensor<'t>) -> Result<Rotation<'t>> {
+        let half = f32_type(&[self.head_dim / 2]);
+        if freq_factors.ty != half {
+            return fail("rope", format!("frequency factors must be {half}, found {}", freq_factors.ty));
+        }
+        self.rotation(positions, self.inv_freq(positions.tracer)?.divide(freq_factors)?)
+    }
+
+    fn rotation<'t>(&self, positions: &Tensor<'t>, inv_freq: Tensor<'t>) -> Result<Rotation<'t>> {
         let seq = match positions.ty.shape.as_slice() {
             [seq] if positions.ty.dtype.is_integer() => *seq,
             _ => return fail("rope", format!("positions must be an integer [seq] tensor, found {}", positions.ty)),
         };
-        let inv_freq = self.inv_freq(positions.tracer)?;
         let grid = [seq, self.head_dim / 2];
         let p = positions.convert(DType::F32)?.broadcast_in_dim(&grid, &[0])?;
         let theta = p.multiply(&inv_freq.broadcast_in_dim(&grid, &[1])?)?;

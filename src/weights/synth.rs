@@ -112,6 +112,9 @@ pub struct SynthConfig {
     pub rms_norm_eps: f32,
     /// Gemma 3's local-attention window.
     pub sliding_window: Option<usize>,
+    /// Llama 3.1 rope scaling, written as llama.cpp's converter does: a
+    /// `rope_freqs.weight` tensor of per-frequency divisors.
+    pub llama3_rope: Option<Llama3Rope>,
     /// No `output.weight`: the head reuses `token_embd.weight`.
     pub tied_embeddings: bool,
     /// Overrides the mix's choice for `token_embd.weight`.
@@ -123,6 +126,40 @@ pub struct SynthConfig {
     /// past 255 are control tokens `<|reserved_N|>`. Needs a vocabulary of
     /// at least 256 tokens.
     pub byte_tokenizer: bool,
+}
+
+/// HF's `rope_scaling: {rope_type: llama3, ...}`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Llama3Rope {
+    /// The divisor of the low frequencies.
+    pub factor: f64,
+    /// Wavelengths above `original_context / low_freq_factor` are fully scaled.
+    pub low_freq_factor: f64,
+    /// Wavelengths below `original_context / high_freq_factor` are kept.
+    pub high_freq_factor: f64,
+    /// The context length the model was trained at.
+    pub original_context: usize,
+}
+
+impl Llama3Rope {
+    /// `rope_freqs.weight` for heads of `head_dim` and rotary base `base`:
+    /// the divisor of each frequency, as `convert_hf_to_gguf.py`
+    /// (`LlamaModel.generate_extra_tensors`) computes it.
+    pub fn rope_freqs(&self, head_dim: usize, base: f64) -> Vec<f32> {
+        let old_len = self.original_context as f64;
+        let (low, high) = (self.low_freq_factor, self.high_freq_factor);
+        (0..head_dim / 2)
+            .map(|i| {
+                let wavelen = 2.0 * std::f64::consts::PI * base.powf(2.0 * i as f64 / head_dim as f64);
+                let smooth = (old_len / wavelen - low) / (high - low);
+                match wavelen {
+                    w if w < old_len / high => 1.0,
+                    w if w > old_len / low => self.factor as f32,
+                    _ => (1.0 / ((1.0 - smooth) / self.factor + smooth)) as f32,
+                }
+            })
+            .collect()
+    }
 }
 
 /// The built-in sizes.
@@ -174,6 +211,7 @@ impl Preset {
                 rope_freq_base: 500000.0,
                 rms_norm_eps: 1e-5,
                 sliding_window: None,
+                llama3_rope: None,
                 tied_embeddings: false,
                 token_embd_type: None,
                 quant: Quant::Q4KM,
@@ -195,13 +233,13 @@ impl Preset {
                 rope_freq_base: 1_000_000.0,
                 rms_norm_eps: 1e-6,
                 sliding_window: Some(1024),
+                llama3_rope: None,
                 tied_embeddings: true,
                 token_embd_type: Some(GgmlType::F32),
                 quant: Quant::Q4KM,
                 byte_tokenizer: false,
             },
-            // Llama-3.2-1B config.json (its rope scaling left out: kiln's
-            // llama front-end does not support rope_freqs yet).
+            // Llama-3.2-1B config.json.
             Preset::Llama1b => SynthConfig {
                 arch: Arch::Llama,
                 name,
@@ -216,6 +254,12 @@ impl Preset {
                 rope_freq_base: 500000.0,
                 rms_norm_eps: 1e-5,
                 sliding_window: None,
+                llama3_rope: Some(Llama3Rope {
+                    factor: 32.0,
+                    low_freq_factor: 1.0,
+                    high_freq_factor: 4.0,
+                    original_context: 8192,
+                }),
                 tied_embeddings: true,
                 token_embd_type: None,
                 quant: Quant::Q4KM,
@@ -237,6 +281,7 @@ impl Preset {
                 rope_freq_base: 10000.0,
                 rms_norm_eps: 1e-5,
                 sliding_window: None,
+                llama3_rope: None,
                 tied_embeddings: false,
                 token_embd_type: None,
                 quant: Quant::Q8_0,
@@ -278,6 +323,8 @@ pub fn use_more_bits(i_layer: usize, n_layers: usize) -> bool {
     i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2
 }
 
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
 /// One tensor of a synthetic model: name, row-major shape, type.
 pub type SynthTensor = (String, Vec<usize>, GgmlType);
 
@@ -290,6 +337,9 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
     let mut out: Vec<SynthTensor> = Vec::new();
     let mut add = |name: String, shape: &[usize], ty| out.push((name, shape.to_vec(), ty));
 
+    if c.llama3_rope.is_some() {
+        add(ROPE_FREQS.into(), &[c.head_dim / 2], GgmlType::F32);
+    }
     // Tied, the embedding is quantized as the output head would be.
     let embd_type = c.token_embd_type.unwrap_or(q(c.tied_embeddings));
     add("token_embd.weight".into(), &[vocab, hidden], embd_type);
@@ -386,9 +436,18 @@ fn add_byte_tokenizer(w: &mut GgufWriter, vocab_size: usize, path: &Path) -> Res
     Ok(())
 }
 
-/// Writes the synthetic checkpoint to `path` (atomically, in bounded memory).
+/// Writes the synthetic checkpoint to `path` (atomically, in bounded
+/// memory). `rope_freqs.weight` holds its real values whatever `data` says.
 pub fn write(c: &SynthConfig, path: &Path, data: SynthData) -> Result<WriteSummary, WeightsError> {
+    let rope_freqs: Vec<u8> = match c.llama3_rope {
+        Some(rope) => {
+            rope.rope_freqs(c.head_dim, c.rope_freq_base.into()).iter().flat_map(|f| f.to_le_bytes()).collect()
+        }
+        None => vec![],
+    };
+    let names: Vec<String> = tensors(c).into_iter().map(|(name, ..)| name).collect();
     writer(c, path)?.write_data(|i| match data {
+        _ if names[i] == ROPE_FREQS => TensorData::Bytes(&rope_freqs),
         SynthData::Zeros => TensorData::Zeros,
         // Distinct per tensor, and the same whatever else the file holds.
         SynthData::Seeded(seed) => TensorData::Seeded(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
@@ -414,7 +473,7 @@ mod tests {
     #[test]
     fn preset_sizes() {
         assert_eq!(params(Preset::Llama3_8b), 8_030_261_248);
-        assert_eq!(params(Preset::Llama1b), 1_235_814_400);
+        assert_eq!(params(Preset::Llama1b), 1_235_814_400 + 32, "and rope_freqs.weight");
         assert_eq!(params(Preset::Gemma3_4_5b), 4_500_794_880);
         assert_eq!(params(Preset::TinyLlama), 106_816);
         assert_eq!(tensors(&Preset::Llama3_8b.config()).len(), 2 + 32 * 9 + 1);
@@ -470,8 +529,14 @@ mod tests {
         assert_eq!((c.vocab_size, c.rope_freq_base, c.rms_norm_eps as f32), (128256, 500000.0, 1e-5));
         let weights = crate::models::GgufWeights::new(&g, crate::models::PackedPolicy::Keep).unwrap();
         let graph = llama::prefill(&c, &weights, crate::graph::DYNAMIC).unwrap();
-        // One param per tensor: the tied head is token_embd itself.
+        // One param per tensor: the tied head is token_embd itself, and the
+        // rope divisors are read from the file.
         assert_eq!(graph.params().count(), g.tensors().len());
+        let freqs = g.tensor("rope_freqs.weight").unwrap();
+        let freqs: Vec<f32> = freqs.data.chunks(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        assert_eq!(freqs.len(), 32);
+        assert_eq!((freqs[0], freqs[31]), (1.0, 32.0), "high frequencies kept, low ones divided by the factor");
+        assert!(freqs.windows(2).all(|w| w[0] <= w[1]));
     }
 
     #[test]
