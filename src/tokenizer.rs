@@ -9,8 +9,8 @@
 //! (`unicode_regex_split_custom_gpt2`, GPT-2's byte alphabet).
 //!
 //! `tokenizer.ggml.model` picks the algorithm:
-//! - `gpt2`, byte-level BPE (GPT-2, SmolLM, StarCoder): the pre-tokenizer that
-//!   `tokenizer.ggml.pre` names cuts the text into words; each word's UTF-8
+//! - `gpt2`, byte-level BPE (GPT-2, SmolLM, StarCoder, Llama 3, Qwen2): the
+//!   pre-tokenizer that `tokenizer.ggml.pre` names cuts the text into words; each word's UTF-8
 //!   bytes are spelled in GPT-2's byte alphabet, one symbol per byte, and
 //!   adjacent symbols merge in the order of `tokenizer.ggml.merges`.
 //! - `llama`, SentencePiece BPE (Llama 2, Gemma): spaces become `▁`, then the
@@ -840,11 +840,15 @@ enum PreTokenizer {
     /// text between (StarCoder, SmolLM: `Digits(individual_digits)` then
     /// `ByteLevel` in their `tokenizer.json`).
     DigitsThenGpt2,
+    /// Llama 3's regex, `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
+    /// \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
+    Llama3,
+    /// Qwen2's: Llama 3's with one digit per word (`\p{N}`).
+    Qwen2,
 }
 
 impl PreTokenizer {
-    const NAMES: &'static str =
-        "\"gpt-2\", \"phi-2\", \"mpt\", \"olmo\", \"smollm\", \"starcoder\", \"refact\", \"codeshell\", \"command-r\"";
+    const NAMES: &'static str = "\"gpt-2\", \"phi-2\", \"mpt\", \"olmo\", \"smollm\", \"starcoder\", \"refact\", \"codeshell\", \"command-r\", \"llama-bpe\", \"llama3\", \"llama-v3\", \"falcon3\", \"pixtral\", \"qwen2\", \"deepseek-r1-qwen\"";
 
     fn from_name(pre: &str) -> Option<PreTokenizer> {
         match pre {
@@ -852,6 +856,10 @@ impl PreTokenizer {
             "gpt-2" | "phi-2" | "mpt" | "olmo" => Some(PreTokenizer::Gpt2),
             // LLAMA_VOCAB_PRE_TYPE_SMOLLM, _STARCODER, _REFACT, _CODESHELL, _COMMAND_R.
             "smollm" | "starcoder" | "refact" | "codeshell" | "command-r" => Some(PreTokenizer::DigitsThenGpt2),
+            // LLAMA_VOCAB_PRE_TYPE_LLAMA3, _FALCON_3, _PIXTRAL.
+            "llama-bpe" | "llama3" | "llama-v3" | "falcon3" | "pixtral" => Some(PreTokenizer::Llama3),
+            // LLAMA_VOCAB_PRE_TYPE_QWEN2.
+            "qwen2" | "deepseek-r1-qwen" => Some(PreTokenizer::Qwen2),
             _ => None,
         }
     }
@@ -875,6 +883,8 @@ impl PreTokenizer {
                 }
                 split_gpt2(&chars[start..], start, &mut words);
             }
+            PreTokenizer::Llama3 => split_llama3(&chars, 3, &mut words),
+            PreTokenizer::Qwen2 => split_llama3(&chars, 1, &mut words),
         }
         words.into_iter().map(|w| offsets[w.start]..offsets[w.end]).collect()
     }
@@ -976,6 +986,92 @@ fn split_gpt2(cs: &[char], base: usize, words: &mut Vec<Range<usize>>) {
         } else {
             pos += 1;
         }
+        cut(pos, words);
+    }
+}
+
+/// Llama 3's regex on `cs` with numbers cut every `max_digits` digits,
+/// appending the words as char ranges: llama.cpp's
+/// `unicode_regex_split_custom_llama3`, branch for branch.
+fn split_llama3(cs: &[char], max_digits: usize, words: &mut Vec<Range<usize>>) {
+    let n = cs.len();
+    let class_at = |i: usize| cs.get(i).map(|&c| char_class(c));
+    let newline_at = |i: usize| matches!(cs.get(i), Some('\r' | '\n'));
+    let lower_at = |i: usize| cs.get(i).map(|c| c.to_ascii_lowercase());
+    let mut start = 0;
+    let mut cut = |end: usize, words: &mut Vec<Range<usize>>| {
+        if end > start {
+            words.push(start..end);
+        }
+        start = end;
+    };
+    let mut pos = 0;
+    while pos < n {
+        let (c, class) = (cs[pos], char_class(cs[pos]));
+        // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+        if c == '\'' {
+            if matches!(lower_at(pos + 1), Some('s' | 't' | 'm' | 'd')) {
+                pos += 2;
+                cut(pos, words);
+                continue;
+            }
+            if matches!((lower_at(pos + 1), lower_at(pos + 2)), (Some('r' | 'v'), Some('e')) | (Some('l'), Some('l'))) {
+                pos += 3;
+                cut(pos, words);
+                continue;
+            }
+        }
+        // [^\r\n\p{L}\p{N}]?\p{L}+
+        let letters_next = class == CharClass::Letter || class_at(pos + 1) == Some(CharClass::Letter);
+        if !newline_at(pos) && class != CharClass::Number && letters_next {
+            pos += 1;
+            while class_at(pos) == Some(CharClass::Letter) {
+                pos += 1;
+            }
+            cut(pos, words);
+            continue;
+        }
+        // \p{N}{1,max_digits}
+        if class == CharClass::Number {
+            let mut run = 0;
+            while class_at(pos) == Some(CharClass::Number) {
+                pos += 1;
+                run += 1;
+                if run == max_digits {
+                    cut(pos, words);
+                    run = 0;
+                }
+            }
+            cut(pos, words);
+            continue;
+        }
+        // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+        let lead = if c == ' ' { class_at(pos + 1) } else { Some(class) };
+        if lead == Some(CharClass::Other) {
+            pos += usize::from(c == ' ');
+            while class_at(pos) == Some(CharClass::Other) {
+                pos += 1;
+            }
+            while newline_at(pos) {
+                pos += 1;
+            }
+            cut(pos, words);
+            continue;
+        }
+        // \s*[\r\n]+ (up to the run's last newline), \s+(?!\S), \s+
+        let mut spaces = 0;
+        let mut after_newline = None;
+        while class_at(pos + spaces) == Some(CharClass::Space) {
+            if newline_at(pos + spaces) {
+                after_newline = Some(pos + spaces + 1);
+            }
+            spaces += 1;
+        }
+        pos = match after_newline {
+            Some(end) => end,
+            None if spaces > 1 && pos + spaces < n => pos + spaces - 1,
+            None => pos + spaces.max(1),
+        };
         cut(pos, words);
     }
 }
@@ -1451,6 +1547,42 @@ mod tests {
         assert_eq!(words(smollm, "don't"), ["don", "'t"]);
     }
 
+    /// Llama 3's and Qwen2's hand-written splits against their regexes as
+    /// Python's `regex` module (a transformers dependency) runs them.
+    #[test]
+    fn llama3_and_qwen2_splits_follow_their_regexes() {
+        const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+        let qwen2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}");
+        let extra =
+            ["I'M YOU'RE 'hello 'S", "a\n\n  b", "x \r\n\t y", "1234567 12,3456", "  \n", "?!\n\nx", "'", "it'"];
+        let texts: Vec<&str> = TEXTS.iter().copied().chain(extra).collect();
+        let script = "import json, sys, regex\nd = json.load(sys.stdin)\n\
+                      print(json.dumps([[regex.findall(p, t) for t in d['texts']] for p in d['patterns']]))";
+        let mut child = Command::new(PYTHON)
+            .args(["-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {PYTHON}: {e}; run `make setup`"));
+        let input = serde_json::json!({"texts": texts, "patterns": [LLAMA3, qwen2]});
+        child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "python's regex failed");
+        let want: Vec<Vec<Vec<String>>> = serde_json::from_slice(&out.stdout).unwrap();
+        let mut failures = Vec::new();
+        for (pre, want) in [PreTokenizer::Llama3, PreTokenizer::Qwen2].into_iter().zip(want) {
+            for (text, want) in texts.iter().zip(want) {
+                let ours = words(pre, text);
+                if ours != want {
+                    failures.push(format!("{pre:?} {text:?}:\n  kiln  {ours:?}\n  regex {want:?}"));
+                }
+            }
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+        assert_eq!(words(PreTokenizer::Llama3, "1234567"), ["123", "456", "7"]);
+        assert_eq!(words(PreTokenizer::Qwen2, "123"), ["1", "2", "3"]);
+    }
+
     #[test]
     fn bpe_merges_lowest_rank_first() {
         let t = tiny_bpe("gpt-2", &[("l", "l"), ("h", "e"), ("he", "ll"), ("hell", "o"), (" ", "w"), ("o", "r")]);
@@ -1524,8 +1656,13 @@ mod tests {
         let e = err(&[(MODEL, W::Str("t5"))]);
         assert!(e.contains("tokenizer.ggml.model is \"t5\"") && e.contains("\"gpt2\""), "{e}");
         assert_eq!(err(&[(MODEL, W::Str("gpt2"))]), "<memory>: cannot find tokenizer.ggml.pre in metadata");
-        let e = err(&[(MODEL, W::Str("gpt2")), (PRE, W::Str("llama-bpe"))]);
-        assert!(e.contains("tokenizer.ggml.pre is \"llama-bpe\"") && e.contains("\"smollm\""), "{e}");
+        let e = err(&[(MODEL, W::Str("gpt2")), (PRE, W::Str("deepseek-llm"))]);
+        assert!(
+            e.contains("tokenizer.ggml.pre is \"deepseek-llm\"")
+                && e.contains("\"smollm\"")
+                && e.contains("\"llama-bpe\""),
+            "{e}"
+        );
         let e = err(&[(MODEL, W::Str("gpt2")), (PRE, W::Str("smollm")), (TOKENS, W::Strs(vec!["a"]))]);
         assert_eq!(e, "<memory>: cannot find tokenizer.ggml.merges in metadata");
         let e = err(&[(MODEL, W::Str("llama")), (TOKENS, W::Strs(vec!["a", "b"])), (SCORES, W::F32s(vec![0.0]))]);
