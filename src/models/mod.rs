@@ -576,51 +576,35 @@ pub(crate) mod testing {
         cache.join("kiln/gemma-3-270m-q4_k_m.gguf")
     }
 
-    /// A GGUF v3 file in memory: `(key, value)` metadata (u32, f32 or
-    /// string) and `(name, row-major shape, ggml type, bytes)` tensors.
+    /// A metadata value for [`gguf_bytes`].
     pub enum Meta {
         U32(u32),
         F32(f32),
         Str(&'static str),
     }
 
+    /// A GGUF file's bytes, written by [`crate::weights::gguf_writer`]:
+    /// `(key, value)` metadata and `(name, row-major shape, ggml type id,
+    /// bytes)` tensors.
     pub fn gguf_bytes(meta: &[(&str, Meta)], tensors: &[(String, Vec<usize>, u32, Vec<u8>)]) -> Vec<u8> {
-        let mut b = Vec::new();
-        let string = |b: &mut Vec<u8>, s: &str| {
-            b.extend((s.len() as u64).to_le_bytes());
-            b.extend(s.as_bytes());
-        };
-        b.extend(b"GGUF");
-        b.extend(3u32.to_le_bytes());
-        b.extend((tensors.len() as u64).to_le_bytes());
-        b.extend((meta.len() as u64).to_le_bytes());
+        use crate::weights::ggml::GgmlType;
+        use crate::weights::gguf_writer::{GgufWriter, TensorData, Value};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("test.gguf");
+        let mut w = GgufWriter::new(&path);
         for (key, value) in meta {
-            string(&mut b, key);
-            match value {
-                Meta::U32(v) => b.extend(4u32.to_le_bytes().into_iter().chain(v.to_le_bytes())),
-                Meta::F32(v) => b.extend(6u32.to_le_bytes().into_iter().chain(v.to_le_bytes())),
-                Meta::Str(v) => {
-                    b.extend(8u32.to_le_bytes());
-                    string(&mut b, v);
-                }
-            }
+            let value = match value {
+                Meta::U32(v) => Value::U32(*v),
+                Meta::F32(v) => Value::F32(*v),
+                Meta::Str(v) => Value::String(v.to_string()),
+            };
+            w.add(key, value).unwrap();
         }
-        let align = |n: usize| n.div_ceil(32) * 32;
-        let mut offset = 0;
-        for (name, shape, ty, data) in tensors {
-            string(&mut b, name);
-            b.extend((shape.len() as u32).to_le_bytes());
-            shape.iter().rev().for_each(|&d| b.extend((d as u64).to_le_bytes()));
-            b.extend(ty.to_le_bytes());
-            b.extend((offset as u64).to_le_bytes());
-            offset = align(offset + data.len());
+        for (name, shape, id, _) in tensors {
+            w.add_tensor(name, shape, GgmlType::from_id(*id).expect("a known ggml type id")).unwrap();
         }
-        b.resize(align(b.len()), 0);
-        for (_, _, _, data) in tensors {
-            b.extend(data);
-            b.resize(align(b.len()), 0);
-        }
-        b
+        w.write_data(|i| TensorData::Bytes(&tensors[i].3)).unwrap();
+        std::fs::read(&path).unwrap()
     }
 
     /// Seeded tensor bytes, each call with the next seed: `f32s(n, around)`
