@@ -223,21 +223,9 @@ impl Source {
     /// The checkpoint's tensors under `packed`, dense ones cast to `cast`.
     pub fn weights(&self, packed: PackedPolicy, cast: Option<DType>) -> Result<Box<dyn Checkpoint + '_>> {
         Ok(match self {
-            Source::Gguf(gguf) => {
-                let weights = GgufWeights::new(gguf, packed)?;
-                Box::new(match cast {
-                    Some(dtype) => weights.with_cast(dtype)?,
-                    None => weights,
-                })
-            }
+            Source::Gguf(gguf) => Box::new(GgufWeights::new(gguf, packed)?.with_cast(cast)?),
             // Safetensors hold no packed tensors.
-            Source::Hf { checkpoint, .. } => {
-                let weights = SafetensorsWeights::new(checkpoint)?;
-                Box::new(match cast {
-                    Some(dtype) => weights.with_cast(dtype)?,
-                    None => weights,
-                })
-            }
+            Source::Hf { checkpoint, .. } => Box::new(SafetensorsWeights::new(checkpoint)?.with_cast(cast)?),
         })
     }
 

@@ -157,12 +157,10 @@ impl<'c> SafetensorsWeights<'c> {
         Ok(weights)
     }
 
-    /// Declares every tensor as `dtype` (f32, f16 or bf16).
-    pub fn with_cast(mut self, dtype: DType) -> Result<Self> {
-        if !dtype.is_float() {
-            return Err(ModelError::DequantizeDType(dtype));
-        }
-        self.cast = Some(dtype);
+    /// Declares every tensor as `cast` (f32, f16 or bf16), or as stored
+    /// with `None`.
+    pub fn with_cast(mut self, cast: Option<DType>) -> Result<Self> {
+        self.cast = super::float_cast(cast)?;
         Ok(self)
     }
 
@@ -425,7 +423,7 @@ mod tests {
     fn cast_declares_one_dtype_and_converts() {
         let dir = Tiny::default().write();
         let checkpoint = HfCheckpoint::open(dir.path()).unwrap();
-        let weights = SafetensorsWeights::new(&checkpoint).unwrap().with_cast(DType::F16).unwrap();
+        let weights = SafetensorsWeights::new(&checkpoint).unwrap().with_cast(Some(DType::F16)).unwrap();
         let graph = prefill(&weights, 4).unwrap();
         assert!(graph.params().all(|(_, _, ty)| ty.dtype == DType::F16));
         let q = weights.stored("model.layers.0.self_attn.q_proj.weight").unwrap();
@@ -437,7 +435,7 @@ mod tests {
         let exact = interp::run(&prefill(&stored, 4).unwrap(), &[input], &stored).unwrap().remove(0).to_f64_vec();
         let diff = max_abs_diff(&cast, &exact);
         assert!(diff > 0.0 && diff < 0.05, "f16 weights round: {diff}");
-        assert!(SafetensorsWeights::new(&checkpoint).unwrap().with_cast(DType::I8).is_err());
+        assert!(SafetensorsWeights::new(&checkpoint).unwrap().with_cast(Some(DType::I8)).is_err());
     }
 
     #[test]

@@ -151,6 +151,14 @@ pub trait Checkpoint: ParamSource {
     fn path(&self) -> &Path;
 }
 
+/// `cast` if it is a float dtype a dense param can be declared as.
+fn float_cast(cast: Option<DType>) -> Result<Option<DType>> {
+    match cast {
+        Some(dtype) if !dtype.is_float() => Err(ModelError::DequantizeDType(dtype)),
+        cast => Ok(cast),
+    }
+}
+
 /// The interpreter's view of a checkpoint: each param as it is declared,
 /// converted on the host when it is not stored as is.
 fn param_value(checkpoint: &dyn Checkpoint, name: &str, ty: &TensorType) -> std::result::Result<Value, InterpError> {
@@ -197,12 +205,10 @@ impl<'g, D: AsRef<[u8]>> GgufWeights<'g, D> {
         Ok(GgufWeights { gguf, packed, cast: None })
     }
 
-    /// Declares every dense float tensor as `dtype` (f32, f16 or bf16).
-    pub fn with_cast(mut self, dtype: DType) -> Result<Self> {
-        if !dtype.is_float() {
-            return Err(ModelError::DequantizeDType(dtype));
-        }
-        self.cast = Some(dtype);
+    /// Declares every dense float tensor as `cast` (f32, f16 or bf16), or
+    /// as stored with `None`.
+    pub fn with_cast(mut self, cast: Option<DType>) -> Result<Self> {
+        self.cast = float_cast(cast)?;
         Ok(self)
     }
 

@@ -12,20 +12,30 @@ use memmap2::Mmap;
 use std::path::PathBuf;
 use thiserror::Error;
 
-/// Tells the OS that a streaming reader is done with `bytes`, a view of
-/// `map`: their pages leave the process's resident memory and are read from
-/// the file again if touched, so reading a whole multi-GB checkpoint costs
-/// no more memory than a chunk. Bytes outside the map are ignored.
+/// How far before a released view [`release_pages`] also releases. Linux
+/// maps the cached pages around each fault (`fault_around_bytes`, 64 KiB by
+/// default), so reading a chunk maps the tail of the chunk released before
+/// it again; a sequential reader that released only its own chunks kept
+/// about a third of a multi-GB checkpoint resident.
+const FAULT_AROUND_SLACK: usize = 1 << 20;
+
+/// Tells the OS that a sequential reader is done with `bytes`, a view of
+/// `map`, and with the [`FAULT_AROUND_SLACK`] bytes before it: their pages
+/// leave the process's resident memory and are read from the file again if
+/// touched, so reading a whole multi-GB checkpoint costs no more memory
+/// than a chunk. Bytes outside the map are ignored.
 pub(crate) fn release_pages(map: &Mmap, bytes: &[u8]) {
     let base = map.as_ptr() as usize;
     let start = bytes.as_ptr() as usize;
     if start < base || start + bytes.len() > base + map.len() || bytes.is_empty() {
         return;
     }
+    let from = (start - base).saturating_sub(FAULT_AROUND_SLACK);
+    let len = start - base + bytes.len() - from;
     // SAFETY: the map is a read-only file mapping, so dropped pages are
     // read back from the file, never zero-filled: no view changes.
     // memmap2 aligns the range to pages. Failure only leaves them resident.
-    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start - base, bytes.len()) };
+    let _ = unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, from, len) };
 }
 
 /// Every error names the file; tensor-level ones also name the tensor.
