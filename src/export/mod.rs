@@ -241,12 +241,7 @@ impl Source {
     pub fn tokenizer(&self) -> Result<Tokenizer> {
         match self {
             Source::Gguf(gguf) => Ok(Tokenizer::from_gguf(gguf)?),
-            Source::Hf { dir, .. } => Err(ExportError::Source {
-                path: dir.join("tokenizer.json"),
-                message: "kiln's tokenizer reads GGUF vocabularies only; tokenize the prompt yourself and call \
-                          `generate` with iree-run-module"
-                    .into(),
-            }),
+            Source::Hf { dir, .. } => Ok(Tokenizer::from_hf_dir(dir)?),
         }
     }
 }

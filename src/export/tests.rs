@@ -203,8 +203,10 @@ fn gemma3_end_to_end() {
     check_export(&model, dir.path(), &serving, &weights, &greedy_reference(&gguf));
 }
 
-/// An HF checkpoint (safetensors + config.json, HF's rope layout) written
-/// from the SmolLM2 GGUF exports to a module whose logits are the GGUF's.
+/// An HF checkpoint (safetensors + config.json, HF's rope layout, and
+/// tokenizer.json) written from the SmolLM2 GGUF exports to a module whose
+/// logits are the GGUF's, and `kiln run`'s path through it tokenizes and
+/// generates as the GGUF does.
 #[test]
 fn smollm2_from_safetensors() {
     let hf = tempfile::tempdir().unwrap();
@@ -216,7 +218,7 @@ fn smollm2_from_safetensors() {
     assert_eq!(summary.manifest.format, "safetensors");
     assert_eq!(summary.params_written, 0, "f32 safetensors are read in place");
 
-    let (gguf, _) = smollm2_reference();
+    let (gguf, reference) = smollm2_reference();
     let weights = GgufWeights::new(gguf, PackedPolicy::Dequantize(DType::F32)).unwrap();
     let serving = Serving::new(&Family::from_gguf(gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
     let tokenizer = Tokenizer::from_gguf(gguf).unwrap();
@@ -228,6 +230,15 @@ fn smollm2_from_safetensors() {
     assert!(diff <= 1e-3, "{diff}");
     let vocab = got.len() / ids.len();
     assert_eq!(argmax_rows(&got, vocab), argmax_rows(&want, vocab));
+
+    let from_json = Tokenizer::from_hf_dir(hf.path()).unwrap();
+    for text in ["in  2024,   42 cats\n\n7 dogs", "<|im_start|>user\nHi<|im_end|>\n", "don't 3.14159 café"] {
+        assert_eq!(from_json.encode(text, true), tokenizer.encode(text, true), "{text:?}");
+    }
+    let generation = generate(dir.path(), PROMPT, 8, &Iree::for_tests()).unwrap();
+    assert_eq!(generation.prompt_tokens, ids, "tokenizer.json encodes as the GGUF's tokenizer does");
+    assert_eq!(generation.tokens, reference[..8]);
+    assert_eq!(generation.text, tokenizer.decode(&reference[..8]));
 }
 
 /// Bad input stops the export with an error that names it, and leaves no

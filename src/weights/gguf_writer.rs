@@ -361,6 +361,15 @@ impl GgufWriter {
 
     /// The header: magic, counts, key/values, tensor infos, unpadded; and
     /// each tensor's offset in the data section.
+    /// The whole file in memory when it holds metadata only (a converted
+    /// tokenizer); `None` once a tensor is declared.
+    pub fn metadata_only_bytes(&self) -> Option<Vec<u8>> {
+        match self.tensors.is_empty() {
+            true => self.encode_head().ok().map(|(head, _)| head),
+            false => None,
+        }
+    }
+
     fn encode_head(&self) -> Result<(Vec<u8>, Vec<u64>), WeightsError> {
         let mut out = Vec::new();
         out.extend(b"GGUF");

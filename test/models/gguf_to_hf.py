@@ -6,7 +6,9 @@ kiln's safetensors front-end test (src/models/hf.rs).
 
 CKPT is a .gguf path or `smollm2` (see test/checkpoints.py). Writes
 OUT_DIR/model.safetensors (every tensor dequantized to f32 by gguf-py, under
-its HF name) and OUT_DIR/config.json (HF keys, from the GGUF metadata).
+its HF name), OUT_DIR/config.json (HF keys, from the GGUF metadata) and
+OUT_DIR/tokenizer.json + tokenizer_config.json (transformers' conversion of
+the GGUF's tokenizer, with test/tokenizer/reference.py's pre-tokenizer fix).
 
 llama.cpp's converter (convert_hf_to_gguf.py, `LlamaModel.permute`) reorders
 the rows of attn_q and attn_k so that RoPE rotates adjacent pairs; HF
@@ -25,8 +27,10 @@ from safetensors.numpy import save_file
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "quant"))
+sys.path.insert(0, str(HERE.parent / "tokenizer"))
 from checkpoints import resolve  # noqa: E402
 from dequant_checkpoint import FastReader  # noqa: E402
+from reference import build, read_metadata, split_digits_first  # noqa: E402
 
 # GGUF name -> HF name; `{i}` is the block index.
 NAMES = {
@@ -120,6 +124,19 @@ def main():
         "torch_dtype": "float32",
     }
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+    metadata = read_metadata(ckpt)
+    tokenizer = build(metadata)
+    split_digits_first(tokenizer, metadata)
+    tokenizer.save(str(out / "tokenizer.json"))
+    tokens = metadata["tokenizer.ggml.tokens"]
+    special = {
+        name: tokens[metadata[key]]
+        for name, key in [("bos_token", "tokenizer.ggml.bos_token_id"), ("eos_token", "tokenizer.ggml.eos_token_id")]
+        if key in metadata
+    }
+    tokenizer_config = {**special, "add_bos_token": bool(metadata.get("tokenizer.ggml.add_bos_token", False))}
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2) + "\n")
 
 
 if __name__ == "__main__":

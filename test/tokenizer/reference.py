@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Token ids per Hugging Face `tokenizers`, built by transformers from a GGUF's
-embedded tokenizer, for kiln's tokenizer tests (src/tokenizer.rs).
+embedded tokenizer, for kiln's tokenizer tests (src/tokenizer/mod.rs).
 
     reference.py CHECKPOINT < texts.json > ids.json
 
@@ -91,6 +91,14 @@ def build(metadata):
     return tokenizer
 
 
+def split_digits_first(tokenizer, metadata):
+    """The fix above: llama.cpp's digit split for the pre types that have it."""
+    if metadata.get("tokenizer.ggml.model") == "gpt2" and metadata.get("tokenizer.ggml.pre") in DIGITS_FIRST:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+        )
+
+
 def main():
     path = resolve(sys.argv[1])
     texts = json.load(sys.stdin)
@@ -101,10 +109,7 @@ def main():
         return [tokenizer.encode(t, add_special_tokens=False).ids for t in texts]
 
     as_converted = encode(texts)
-    if metadata.get("tokenizer.ggml.model") == "gpt2" and metadata.get("tokenizer.ggml.pre") in DIGITS_FIRST:
-        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-        )
+    split_digits_first(tokenizer, metadata)
     ids = encode(texts)
     decoded = [tokenizer.decode(i, skip_special_tokens=False) for i in ids]
     json.dump({"path": str(path), "ids": ids, "as_converted": as_converted, "decoded": decoded}, sys.stdout)

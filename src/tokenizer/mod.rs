@@ -1,5 +1,6 @@
-//! The checkpoint's own tokenizer, read from GGUF metadata and run as
-//! llama.cpp runs it, so that a prompt becomes the ids the model was trained on.
+//! The checkpoint's own tokenizer, read from GGUF metadata (or an HF
+//! `tokenizer.json`, converted to it: [`Tokenizer::from_hf_dir`]) and run as llama.cpp runs it,
+//! so that a prompt becomes the ids the model was trained on.
 //!
 //! Reference implementation: llama.cpp
 //! [`src/llama-vocab.cpp`](https://github.com/ggml-org/llama.cpp/blob/master/src/llama-vocab.cpp)
@@ -33,6 +34,14 @@ use std::path::PathBuf;
 use thiserror::Error;
 
 use crate::weights::gguf::{Gguf, MetadataValue, ValueType};
+
+mod hf;
+
+/// Llama 3's pre-tokenizer regex, as its `tokenizer.json` has it.
+const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen2's: Llama 3's with one digit per word.
+const QWEN2_REGEX: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 const MODEL: &str = "tokenizer.ggml.model";
 const PRE: &str = "tokenizer.ggml.pre";
@@ -122,6 +131,14 @@ pub enum TokenizerError {
         path: PathBuf,
         /// The model kind the file names.
         model: String,
+    },
+    /// A Hugging Face `tokenizer.json` kiln cannot read or convert.
+    #[error("{}: {message}", path.display())]
+    Hf {
+        /// The `tokenizer.json` (or `tokenizer_config.json`).
+        path: PathBuf,
+        /// What is wrong, or what kiln does not implement.
+        message: String,
     },
     /// `tokenizer.ggml.pre` names a pre-tokenizer kiln does not implement.
     #[error("{}: {PRE} is \"{pre}\"; kiln's byte-level BPE splits text for {}", path.display(), PreTokenizer::NAMES)]
@@ -1551,8 +1568,6 @@ mod tests {
     /// Python's `regex` module (a transformers dependency) runs them.
     #[test]
     fn llama3_and_qwen2_splits_follow_their_regexes() {
-        const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-        let qwen2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}");
         let extra =
             ["I'M YOU'RE 'hello 'S", "a\n\n  b", "x \r\n\t y", "1234567 12,3456", "  \n", "?!\n\nx", "'", "it'"];
         let texts: Vec<&str> = TEXTS.iter().copied().chain(extra).collect();
@@ -1564,7 +1579,7 @@ mod tests {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {PYTHON}: {e}; run `make setup`"));
-        let input = serde_json::json!({"texts": texts, "patterns": [LLAMA3, qwen2]});
+        let input = serde_json::json!({"texts": texts, "patterns": [LLAMA3_REGEX, QWEN2_REGEX]});
         child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "python's regex failed");
