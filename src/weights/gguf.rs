@@ -432,8 +432,8 @@ impl Gguf<Mmap> {
     }
 
     /// Drops `bytes` (a view of this file, e.g. a tensor's data, that a
-    /// streaming reader is done with) from resident memory; see
-    /// [`super::release_pages`].
+    /// sequential reader is done with) and the MiB before them from
+    /// resident memory: they are read from the file again if touched.
     pub fn release(&self, bytes: &[u8]) {
         super::release_pages(&self.data, bytes);
     }

@@ -345,7 +345,8 @@ impl SafeTensors {
     }
 
     /// Drops `bytes` (a view of this file that a streaming reader is done
-    /// with) from resident memory; see [`super::release_pages`].
+    /// with) and the MiB before them from resident memory, as
+    /// [`crate::weights::gguf::Gguf::release`] does.
     pub fn release(&self, bytes: &[u8]) {
         super::release_pages(&self.map, bytes);
     }
