@@ -446,7 +446,9 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         Emit::Mlir { .. } => "model.mlir",
     };
     let module_path = dir.join(module_file);
-    lower::write_module_to_path(&module, emit, &module_path).map_err(|e| written.abandon(e.into()))?;
+    // Inline blobs alias the mapped checkpoint: drop its pages as they go out.
+    lower::write_module_to_path_with(&module, emit, &module_path, &mut |chunk| source.release(chunk))
+        .map_err(|e| written.abandon(e.into()))?;
     written.add(module_path)?;
 
     let manifest = Manifest {

@@ -50,6 +50,7 @@ impl Emit {
 /// rest of the output is dropped (MLIR's printer cannot be stopped).
 struct Sink<'w> {
     out: &'w mut dyn Write,
+    written: &'w mut dyn FnMut(&[u8]),
     error: Option<io::Error>,
 }
 
@@ -62,14 +63,35 @@ unsafe extern "C" fn sink_callback(chunk: MlirStringRef, user_data: *mut c_void)
     }
     // SAFETY: MLIR hands a valid (data, length) pair for the callback's duration.
     let bytes = unsafe { std::slice::from_raw_parts(chunk.data as *const u8, chunk.length) };
-    if let Err(e) = sink.out.write_all(bytes) {
-        sink.error = Some(e);
+    // A blob comes whole (hundreds of MB for an output head): pass it on in
+    // pieces, so what `written` drops is never more than one piece behind.
+    for piece in bytes.chunks(WRITE_PIECE) {
+        if let Err(e) = sink.out.write_all(piece) {
+            sink.error = Some(e);
+            return;
+        }
+        (sink.written)(piece);
     }
 }
 
+const WRITE_PIECE: usize = 16 << 20;
+
 /// Writes `module` to `out` in the form `emit` names.
 pub fn write_module(module: &Module<'_>, emit: Emit, out: &mut dyn Write) -> io::Result<()> {
-    let mut sink = Sink { out, error: None };
+    write_module_with(module, emit, out, &mut |_| {})
+}
+
+/// [`write_module`], calling `written(chunk)` once each chunk of output is
+/// written. MLIR's bytecode writer hands a `dense_resource` blob over as
+/// the blob's own memory, so `written` can drop the pages of a mapped
+/// checkpoint as they are written out (see `export`).
+pub fn write_module_with(
+    module: &Module<'_>,
+    emit: Emit,
+    out: &mut dyn Write,
+    written: &mut dyn FnMut(&[u8]),
+) -> io::Result<()> {
+    let mut sink = Sink { out, written, error: None };
     let user_data = &mut sink as *mut Sink as *mut c_void;
     let op = module.as_operation().to_raw();
     match emit {
@@ -100,6 +122,16 @@ pub fn write_module(module: &Module<'_>, emit: Emit, out: &mut dyn Write) -> io:
 /// Writes `module` to `path` atomically: a temporary file in the same
 /// folder, renamed over `path` once complete.
 pub fn write_module_to_path(module: &Module<'_>, emit: Emit, path: &Path) -> Result<(), LowerError> {
-    crate::write_atomically_with(path, |out| write_module(module, emit, out))
+    write_module_to_path_with(module, emit, path, &mut |_| {})
+}
+
+/// [`write_module_to_path`] with [`write_module_with`]'s `written`.
+pub fn write_module_to_path_with(
+    module: &Module<'_>,
+    emit: Emit,
+    path: &Path,
+    written: &mut dyn FnMut(&[u8]),
+) -> Result<(), LowerError> {
+    crate::write_atomically_with(path, |out| write_module_with(module, emit, out, written))
         .map_err(|source| LowerError::Write { path: path.to_path_buf(), source })
 }

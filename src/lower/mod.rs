@@ -42,7 +42,7 @@ use std::collections::HashSet;
 use std::rc::Rc;
 use thiserror::Error;
 
-pub use emit::{write_module, write_module_to_path, Emit};
+pub use emit::{write_module, write_module_to_path, write_module_to_path_with, write_module_with, Emit};
 pub use generate::GreedyLoop;
 
 /// Why lowering, printing or writing a module failed; errors about one op

@@ -263,7 +263,14 @@ mod tests {
         assert_eq!(print(&parse(&fresh, text.as_bytes())).unwrap(), text);
 
         let mut bytecode = Vec::new();
-        write_module(&module, Emit::Mlirbc, &mut bytecode).unwrap();
+        // The blob reaches the writer as its own memory, not a copy: what
+        // lets an export drop a mapped checkpoint's pages as they go out.
+        let mut blob_seen = false;
+        crate::lower::write_module_with(&module, Emit::Mlirbc, &mut bytecode, &mut |chunk| {
+            blob_seen |= chunk.as_ptr() == w.as_ptr() && chunk.len() == w.len();
+        })
+        .unwrap();
+        assert!(blob_seen, "the writer was handed the blob's own bytes");
         assert!(bytecode.starts_with(b"ML\xefR"), "bytecode magic");
         // The blobs are stored raw: the f32 bytes appear as they are.
         assert!(bytecode.windows(w.len()).any(|c| c == w), "raw blob in the bytecode");
