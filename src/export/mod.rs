@@ -425,10 +425,9 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         let total = archived.iter().map(archive::derived_len).sum::<std::result::Result<u64, _>>()?;
         progress.start_bytes(total);
         let path = dir.join(ARCHIVE_FILE);
-        let source_ref = &source;
         let start = Instant::now();
-        let summary = archive::write_derived_with(&path, &archived, &mut |source, written| {
-            source_ref.release(source);
+        let summary = archive::write_derived_with(&path, &archived, &mut |read, written| {
+            source.release(read);
             progress.advance(written);
         })?;
         archive_figures = Some((summary.bytes_written, start.elapsed().as_secs_f64()));

@@ -449,7 +449,6 @@ mod tests {
     use crate::lower::{lower_to_string, LowerOptions};
     use crate::models::testing::{gguf_bytes, smollm2_path, Fill, Meta};
     use crate::models::{scalar_i32, token_ids, Family, GgufWeights, PackedPolicy};
-    use crate::weights::synth::Llama3Rope;
     use std::time::Instant;
 
     fn keep<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> GgufWeights<'_, D> {
@@ -814,9 +813,14 @@ mod tests {
     /// the llama3 scaling computed in the graph does.
     #[test]
     fn rope_freqs_divide_frequencies_as_llama3_scaling_does() {
-        let rope = Llama3Rope { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_context: 64 };
+        let llama3 = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 64,
+        };
         let hd = 8;
-        let divisors = rope.rope_freqs(hd, 10000.0);
+        let divisors = llama3.freq_divisors(hd, 10000.0);
         assert!(divisors[0] == 1.0 && divisors[3] == 8.0 && divisors[1] > 1.0, "{divisors:?}: every branch is taken");
         let bytes = divisors.iter().flat_map(|d| d.to_le_bytes()).collect();
         let with =
@@ -828,12 +832,7 @@ mod tests {
             interp::run(&graph, &[tokens(&ids)], &keep(gguf)).unwrap().remove(0).to_f64_vec()
         };
         let mut scaled = Config::from_gguf(&plain).unwrap();
-        scaled.rope_scaling = RopeScaling::Llama3 {
-            factor: rope.factor,
-            low_freq_factor: rope.low_freq_factor,
-            high_freq_factor: rope.high_freq_factor,
-            original_max_position_embeddings: rope.original_context,
-        };
+        scaled.rope_scaling = llama3;
         let from_tensor = logits(&Config::from_gguf(&with).unwrap(), &with);
         let unscaled = logits(&Config::from_gguf(&plain).unwrap(), &plain);
         let diff = max_abs_diff(&from_tensor, &logits(&scaled, &plain));

@@ -198,9 +198,7 @@ impl<'g, D: AsRef<[u8]>> GgufWeights<'g, D> {
     /// Reads `gguf` under `packed`; fails if a dequantize dtype is not a float.
     pub fn new(gguf: &'g Gguf<D>, packed: PackedPolicy) -> Result<Self> {
         if let PackedPolicy::Dequantize(dtype) = packed {
-            if !dtype.is_float() {
-                return Err(ModelError::DequantizeDType(dtype));
-            }
+            float_cast(Some(dtype))?;
         }
         Ok(GgufWeights { gguf, packed, cast: None })
     }

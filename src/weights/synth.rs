@@ -20,6 +20,7 @@ use super::ggml::GgmlType;
 use super::gguf::ValueType;
 use super::gguf_writer::{GgufWriter, TensorData, Value, WriteSummary};
 use super::WeightsError;
+use crate::trace::nn::RopeScaling;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
@@ -112,9 +113,9 @@ pub struct SynthConfig {
     pub rms_norm_eps: f32,
     /// Gemma 3's local-attention window.
     pub sliding_window: Option<usize>,
-    /// Llama 3.1 rope scaling, written as llama.cpp's converter does: a
+    /// Rope scaling written as llama.cpp's converter writes Llama 3.1's: a
     /// `rope_freqs.weight` tensor of per-frequency divisors.
-    pub llama3_rope: Option<Llama3Rope>,
+    pub rope_freqs: Option<RopeScaling>,
     /// No `output.weight`: the head reuses `token_embd.weight`.
     pub tied_embeddings: bool,
     /// Overrides the mix's choice for `token_embd.weight`.
@@ -126,40 +127,6 @@ pub struct SynthConfig {
     /// past 255 are control tokens `<|reserved_N|>`. Needs a vocabulary of
     /// at least 256 tokens.
     pub byte_tokenizer: bool,
-}
-
-/// HF's `rope_scaling: {rope_type: llama3, ...}`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Llama3Rope {
-    /// The divisor of the low frequencies.
-    pub factor: f64,
-    /// Wavelengths above `original_context / low_freq_factor` are fully scaled.
-    pub low_freq_factor: f64,
-    /// Wavelengths below `original_context / high_freq_factor` are kept.
-    pub high_freq_factor: f64,
-    /// The context length the model was trained at.
-    pub original_context: usize,
-}
-
-impl Llama3Rope {
-    /// `rope_freqs.weight` for heads of `head_dim` and rotary base `base`:
-    /// the divisor of each frequency, as `convert_hf_to_gguf.py`
-    /// (`LlamaModel.generate_extra_tensors`) computes it.
-    pub fn rope_freqs(&self, head_dim: usize, base: f64) -> Vec<f32> {
-        let old_len = self.original_context as f64;
-        let (low, high) = (self.low_freq_factor, self.high_freq_factor);
-        (0..head_dim / 2)
-            .map(|i| {
-                let wavelen = 2.0 * std::f64::consts::PI * base.powf(2.0 * i as f64 / head_dim as f64);
-                let smooth = (old_len / wavelen - low) / (high - low);
-                match wavelen {
-                    w if w < old_len / high => 1.0,
-                    w if w > old_len / low => self.factor as f32,
-                    _ => (1.0 / ((1.0 - smooth) / self.factor + smooth)) as f32,
-                }
-            })
-            .collect()
-    }
 }
 
 /// The built-in sizes.
@@ -211,7 +178,7 @@ impl Preset {
                 rope_freq_base: 500000.0,
                 rms_norm_eps: 1e-5,
                 sliding_window: None,
-                llama3_rope: None,
+                rope_freqs: None,
                 tied_embeddings: false,
                 token_embd_type: None,
                 quant: Quant::Q4KM,
@@ -233,7 +200,7 @@ impl Preset {
                 rope_freq_base: 1_000_000.0,
                 rms_norm_eps: 1e-6,
                 sliding_window: Some(1024),
-                llama3_rope: None,
+                rope_freqs: None,
                 tied_embeddings: true,
                 token_embd_type: Some(GgmlType::F32),
                 quant: Quant::Q4KM,
@@ -254,11 +221,11 @@ impl Preset {
                 rope_freq_base: 500000.0,
                 rms_norm_eps: 1e-5,
                 sliding_window: None,
-                llama3_rope: Some(Llama3Rope {
+                rope_freqs: Some(RopeScaling::Llama3 {
                     factor: 32.0,
                     low_freq_factor: 1.0,
                     high_freq_factor: 4.0,
-                    original_context: 8192,
+                    original_max_position_embeddings: 8192,
                 }),
                 tied_embeddings: true,
                 token_embd_type: None,
@@ -281,7 +248,7 @@ impl Preset {
                 rope_freq_base: 10000.0,
                 rms_norm_eps: 1e-5,
                 sliding_window: None,
-                llama3_rope: None,
+                rope_freqs: None,
                 tied_embeddings: false,
                 token_embd_type: None,
                 quant: Quant::Q8_0,
@@ -337,7 +304,7 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
     let mut out: Vec<SynthTensor> = Vec::new();
     let mut add = |name: String, shape: &[usize], ty| out.push((name, shape.to_vec(), ty));
 
-    if c.llama3_rope.is_some() {
+    if c.rope_freqs.is_some() {
         add(ROPE_FREQS.into(), &[c.head_dim / 2], GgmlType::F32);
     }
     // Tied, the embedding is quantized as the output head would be.
@@ -439,15 +406,16 @@ fn add_byte_tokenizer(w: &mut GgufWriter, vocab_size: usize, path: &Path) -> Res
 /// Writes the synthetic checkpoint to `path` (atomically, in bounded
 /// memory). `rope_freqs.weight` holds its real values whatever `data` says.
 pub fn write(c: &SynthConfig, path: &Path, data: SynthData) -> Result<WriteSummary, WeightsError> {
-    let rope_freqs: Vec<u8> = match c.llama3_rope {
-        Some(rope) => {
-            rope.rope_freqs(c.head_dim, c.rope_freq_base.into()).iter().flat_map(|f| f.to_le_bytes()).collect()
+    let rope_freqs: Vec<u8> = match c.rope_freqs {
+        Some(scaling) => {
+            scaling.freq_divisors(c.head_dim, c.rope_freq_base.into()).iter().flat_map(|f| f.to_le_bytes()).collect()
         }
         None => vec![],
     };
-    let names: Vec<String> = tensors(c).into_iter().map(|(name, ..)| name).collect();
-    writer(c, path)?.write_data(|i| match data {
-        _ if names[i] == ROPE_FREQS => TensorData::Bytes(&rope_freqs),
+    let w = writer(c, path)?;
+    let rope_freqs_at = w.tensors().iter().position(|t| t.name == ROPE_FREQS);
+    w.write_data(|i| match data {
+        _ if Some(i) == rope_freqs_at => TensorData::Bytes(&rope_freqs),
         SynthData::Zeros => TensorData::Zeros,
         // Distinct per tensor, and the same whatever else the file holds.
         SynthData::Seeded(seed) => TensorData::Seeded(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
