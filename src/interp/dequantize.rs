@@ -6,16 +6,16 @@ use crate::weights::ggml::GgmlType;
 use crate::weights::quant;
 
 pub(super) fn dequantize(ggml: GgmlType, raw: &Value) -> Result<Buffer, String> {
-    let bytes: Vec<u8> = match &raw.data {
-        Buffer::UI8(bytes) => return dequantize_bytes(ggml, bytes),
+    let unsigned: Vec<u8>;
+    let bytes: &[u8] = match &raw.data {
+        Buffer::UI8(bytes) => bytes,
         // The bit pattern is the block data; the sign is the graph's view.
-        Buffer::I8(values) => values.iter().map(|&b| b as u8).collect(),
+        Buffer::I8(values) => {
+            unsigned = values.iter().map(|&b| b as u8).collect();
+            &unsigned
+        }
         _ => return Err(format!("expects i8 or ui8 block bytes, found {}", raw.ty)),
     };
-    dequantize_bytes(ggml, &bytes)
-}
-
-fn dequantize_bytes(ggml: GgmlType, bytes: &[u8]) -> Result<Buffer, String> {
     quant::dequantize_to_vec(ggml, bytes).map(Buffer::F32).map_err(|e| e.to_string())
 }
 
