@@ -10,12 +10,12 @@ setup:
 build: setup
 	$(CARGO) build
 
-# Unit and doc tests, the library-API example (a custom model, IREE vs the
-# reference interpreter), then the lit suite: FileCheck on kiln's MLIR, and
+# Unit and doc tests, a front-end crate over the library API (a custom model,
+# IREE vs the reference interpreter), then the lit suite: FileCheck on kiln's MLIR, and
 # `kiln check` per op (IREE-compiled module vs the reference interpreter).
 test: build
 	$(CARGO) test
-	$(CARGO) run --example custom_model
+	$(CARGO) run -p mixer-frontend
 	$(LIT) -sv test/lit
 
 # SmolLM2-135M from its GGUF to a continuation through IREE.

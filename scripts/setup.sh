@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what kiln's build and tests need, and nothing that is already
-# there: Debian's LLVM/MLIR 22 (+ lit, FileCheck, CMake) and a project-local
-# Python venv with IREE's compiler and runtime from PyPI.
+# there: Debian's LLVM/MLIR 22 (+ lit, FileCheck, CMake; libclang for
+# mlir-sys's bindgen, which a new machine lacks) and a project-local Python
+# venv with IREE's compiler and runtime from PyPI. scripts/fresh-check.sh
+# checks on a fresh Debian root that this list is complete.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools libpolly-22-dev
-  libzstd-dev zlib1g-dev libxml2-dev cmake time bc
+  libclang-22-dev libzstd-dev zlib1g-dev libxml2-dev cmake time bc
 )
 PIP_PACKAGES=(
   iree-base-compiler==3.13.0 iree-base-runtime==3.13.0 numpy gguf safetensors

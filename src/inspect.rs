@@ -246,36 +246,64 @@ fn inspect_irpa(path: &Path) -> Result<Inspection, InspectError> {
     Ok(Inspection { path: path.display().to_string(), format: "irpa".into(), summary, metadata: vec![], tensors })
 }
 
+/// `s` as is when it is one plain word, else quoted with Rust's escapes
+/// (`"a\nb \"c\""`): a name from a file can hold newlines, quotes,
+/// spaces or terminal controls, and must not break or fake a table row.
+fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    let quoted = format!("{s:?}");
+    let plain = !s.is_empty() && quoted.len() == s.len() + 2 && !s.chars().any(char::is_whitespace);
+    if plain {
+        s.into()
+    } else {
+        quoted.into()
+    }
+}
+
 impl fmt::Display for Inspection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{}: {}", self.path, self.summary)?;
+        writeln!(f, "{}: {}", shown(&self.path), self.summary)?;
         if !self.metadata.is_empty() {
             writeln!(f, "\nmetadata:")?;
             for m in &self.metadata {
-                writeln!(f, "  {} ({}) = {}", m.key, m.value_type, m.value)?;
+                writeln!(f, "  {} ({}) = {}", shown(&m.key), m.value_type, m.value)?;
             }
         }
+        let names: Vec<_> = self.tensors.iter().map(|t| shown(&t.name)).collect();
         let shapes: Vec<String> =
             self.tensors.iter().map(|t| t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")).collect();
-        let name_w = self.tensors.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-        let type_w = self.tensors.iter().map(|t| t.dtype.len()).max().unwrap_or(4).max(4);
-        let shape_w = shapes.iter().map(String::len).max().unwrap_or(5).max(5);
+        let width = |items: &mut dyn Iterator<Item = usize>, header: usize| items.max().unwrap_or(0).max(header);
+        let name_w = width(&mut names.iter().map(|n| n.chars().count()), 4);
+        let type_w = width(&mut self.tensors.iter().map(|t| t.dtype.len()), 4);
+        let shape_w = width(&mut shapes.iter().map(String::len), 5);
         writeln!(
             f,
             "\n{:name_w$}  {:type_w$}  {:shape_w$}  {:>12}  {:>12}",
             "name", "type", "shape", "bytes", "offset"
         )?;
-        for (t, shape) in self.tensors.iter().zip(&shapes) {
-            write!(
-                f,
-                "{:name_w$}  {:type_w$}  {:shape_w$}  {:>12}  {:>12}",
-                t.name, t.dtype, shape, t.bytes, t.offset
-            )?;
+        for ((t, name), shape) in self.tensors.iter().zip(&names).zip(&shapes) {
+            write!(f, "{name:name_w$}  {:type_w$}  {shape:shape_w$}  {:>12}  {:>12}", t.dtype, t.bytes, t.offset)?;
             match &t.file {
-                Some(file) => writeln!(f, "  {file}")?,
+                Some(file) => writeln!(f, "  {}", shown(file))?,
                 None => writeln!(f)?,
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn names_that_could_break_a_row_are_quoted_and_escaped() {
+        assert_eq!(shown("blk.0.attn_q.weight"), "blk.0.attn_q.weight");
+        assert_eq!(shown("a\nb \"c\""), r#""a\nb \"c\"""#);
+        assert_eq!(shown("tab\there"), r#""tab\there""#);
+        assert_eq!(shown("back\\slash"), r#""back\\slash""#);
+        assert_eq!(shown("\u{1b}[31mred"), r#""\u{1b}[31mred""#);
+        assert_eq!(shown("rtl\u{202e}"), r#""rtl\u{202e}""#);
+        assert_eq!(shown("naïve"), "naïve");
+        assert_eq!(shown(""), r#""""#);
     }
 }

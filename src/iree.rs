@@ -68,7 +68,9 @@ pub struct Iree {
 
 impl Iree {
     /// Finds the tools in `$KILN_IREE_BIN`, then in the `.venv/bin` next to the
-    /// project's `target/` folder that holds the running program, then on `PATH`.
+    /// project's `target/` folder that holds the running program, then in
+    /// `$VIRTUAL_ENV/bin`, then in the `.venv/bin` of kiln's own checkout,
+    /// then on `PATH`.
     pub fn locate() -> Result<Iree, IreeError> {
         let mut dirs: Vec<PathBuf> = Vec::new();
         if let Some(d) = std::env::var_os("KILN_IREE_BIN") {
@@ -82,6 +84,11 @@ impl Iree {
                 dirs.push(repo.join(".venv/bin"));
             }
         }
+        if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+            dirs.push(PathBuf::from(venv).join("bin"));
+        }
+        dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin"));
+        dirs.dedup();
         dirs.extend(
             std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default(),
         );
@@ -117,9 +124,10 @@ impl Iree {
     /// [`Iree::compile`] with `extra` flags after the target's.
     pub fn compile_with(&self, mlir: &Path, vmfb: &Path, extra: &[String]) -> Result<(), IreeError> {
         let io = |error| IreeError::Io { context: format!("writing {}", vmfb.display()), error };
-        let tmp = crate::AtomicFile::create(vmfb).map_err(io)?;
+        // iree-compile writes the file by name.
+        let tmp = crate::AtomicFile::create_named(vmfb).map_err(io)?;
         let mut cmd = Command::new(&self.compile);
-        cmd.args(COMPILE_FLAGS).args(extra).arg(mlir).arg("-o").arg(tmp.path());
+        cmd.args(COMPILE_FLAGS).args(extra).arg(mlir).arg("-o").arg(tmp.temp_path().expect("a named file"));
         run_tool(cmd)?;
         tmp.commit().map_err(io)
     }

@@ -299,6 +299,9 @@ fn run(cli: Cli) -> Result<()> {
             if let Some((bytes, seconds)) = s.archive {
                 println!("  archive: {bytes} bytes in {seconds:.2} s ({:.0} MB/s)", bytes as f64 / seconds / 1e6);
             }
+            if let (n @ 1.., bytes) = s.stale_temps {
+                println!("  removed {n} temporary file(s) of a killed kiln from {} ({bytes} bytes)", output.display());
+            }
         }
         Command::Compile { dir } => {
             let start = std::time::Instant::now();

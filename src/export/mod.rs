@@ -336,6 +336,9 @@ pub struct ExportSummary {
     pub params_written: usize,
     /// Every file's bytes: module, archive and manifest.
     pub bytes_written: u64,
+    /// Temporary files that killed kiln processes had left in the
+    /// directory, removed before writing: how many, and their bytes.
+    pub stale_temps: (usize, u64),
     /// The archive's bytes and the seconds its writing took (with fsync).
     pub archive: Option<(u64, f64)>,
     /// Wall time of the whole export.
@@ -411,8 +414,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     let module = session.lower_serving(&serving.greedy_loop(), &LowerOptions::default(), &inits)?;
     drop(serving);
 
-    std::fs::create_dir_all(dir).map_err(|error| ExportError::Io { path: dir.to_path_buf(), error })?;
-    let mut written = Written::default();
+    let mut written = Output::create(dir)?;
     let mut parameters = Vec::new();
     let mut archive_figures = None;
     if matches!(options.params, ParamsMode::Reference) && archived.len() < stored.len() {
@@ -446,8 +448,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     };
     let module_path = dir.join(module_file);
     // Inline blobs alias the mapped checkpoint: drop its pages as they go out.
-    lower::write_module_to_path_with(&module, emit, &module_path, &mut |chunk| source.release(chunk))
-        .map_err(|e| written.abandon(e.into()))?;
+    lower::write_module_to_path_with(&module, emit, &module_path, &mut |chunk| source.release(chunk))?;
     written.add(module_path)?;
 
     let manifest = Manifest {
@@ -474,8 +475,9 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     let manifest_path = dir.join(Manifest::FILE);
     let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes") + "\n";
     crate::write_atomically(&manifest_path, json.as_bytes())
-        .map_err(|error| written.abandon(ExportError::Io { path: manifest_path.clone(), error }))?;
+        .map_err(|error| ExportError::Io { path: manifest_path.clone(), error })?;
     written.add(manifest_path)?;
+    let (bytes_written, stale_temps) = written.keep();
 
     Ok(ExportSummary {
         manifest,
@@ -483,7 +485,8 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         params: stored.len(),
         param_elements,
         params_written: archived.len() + if options.params == ParamsMode::Inline { stored.len() } else { 0 },
-        bytes_written: written.bytes,
+        bytes_written,
+        stale_temps,
         archive: archive_figures,
         seconds: start.elapsed().as_secs_f64(),
         peak_rss: crate::peak_rss(),
@@ -511,38 +514,64 @@ fn generate_signature(serving: &Serving) -> Signature {
     }
 }
 
-/// The files one export wrote, removed again if a later step fails, so a
-/// failed export leaves no half-written directory behind.
-#[derive(Default)]
-struct Written {
+/// The directory an export writes into and what it wrote there. Dropped
+/// before [`Output::keep`] (an error or a panic on the way), it removes the
+/// files and every directory level it created, so a failed export leaves
+/// nothing behind.
+struct Output {
+    /// The levels of the directory that did not exist, deepest first.
+    created: Vec<PathBuf>,
     files: Vec<PathBuf>,
     bytes: u64,
+    /// Temporary files of killed kiln processes removed from the directory.
+    stale: (usize, u64),
+    kept: bool,
 }
 
-impl Written {
-    fn add(&mut self, path: PathBuf) -> Result<()> {
-        let len = std::fs::metadata(&path).map(|m| m.len());
-        self.files.push(path.clone());
-        match len {
-            Ok(len) => {
-                self.bytes += len;
-                Ok(())
-            }
-            Err(error) => Err(self.abandon(ExportError::Io { path, error })),
-        }
+impl Output {
+    fn create(dir: &Path) -> Result<Output> {
+        let created = dir.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).map(PathBuf::from);
+        let mut output = Output { created: created.collect(), files: vec![], bytes: 0, stale: (0, 0), kept: false };
+        let io = |error| ExportError::Io { path: dir.to_path_buf(), error };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let (removed, bytes) = crate::atomic::remove_stale_temps(dir).map_err(io)?;
+        output.stale = (removed.len(), bytes);
+        Ok(output)
     }
 
-    fn abandon(&mut self, error: ExportError) -> ExportError {
-        for file in self.files.drain(..) {
+    fn add(&mut self, path: PathBuf) -> Result<()> {
+        let len = std::fs::metadata(&path).map_err(|error| ExportError::Io { path: path.clone(), error })?.len();
+        self.files.push(path);
+        self.bytes += len;
+        Ok(())
+    }
+
+    fn keep(mut self) -> (u64, (usize, u64)) {
+        self.kept = true;
+        (self.bytes, self.stale)
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
+        for file in &self.files {
             let _ = std::fs::remove_file(file);
         }
-        error
+        // remove_dir, not remove_dir_all: a level that holds anything else stays.
+        for dir in &self.created {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
 /// Compiles an export's module into `model.vmfb` next to it.
 pub fn compile(dir: &Path, iree: &Iree) -> Result<PathBuf> {
     let manifest = Manifest::read(dir)?;
+    // A killed `kiln compile` leaves its named temporary `model.vmfb`.
+    crate::atomic::remove_stale_temps(dir).map_err(|error| ExportError::Io { path: dir.to_path_buf(), error })?;
     if manifest.elided_resources {
         return Err(ExportError::NotReady {
             path: dir.join(&manifest.module),

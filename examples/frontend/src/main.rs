@@ -1,4 +1,4 @@
-//! A custom model through kiln's library API, end to end: a small
+//! A front-end crate of its own over kiln's library API, end to end: a small
 //! [MLP-Mixer](https://arxiv.org/abs/2105.01601) classifier, which is none of
 //! kiln's built-in families, with weights that exist only in this program.
 //!
@@ -10,8 +10,8 @@
 //!    result with kiln's reference interpreter on the same weights and input.
 //!
 //! ```sh
-//! make setup                          # IREE into .venv, once
-//! cargo run --example custom_model    # exits non-zero on a mismatch
+//! make setup                        # IREE into .venv, once
+//! cargo run -p mixer-frontend       # exits non-zero on a mismatch
 //! ```
 
 use anyhow::bail;

@@ -1,0 +1,171 @@
+"""Serving speed of kiln's exports next to llama.cpp, on the same GGUF and CPU, in one run.
+
+    build/bench-venv/bin/python scripts/bench_serving.py NAME=MODEL.gguf ...
+
+For each model: `kiln export --packed keep --max-context 128` (params from the GGUF
+itself), `kiln compile` (wall, peak RSS), then through IREE's own tools and through
+llama.cpp (llama-cpp-python, 2 threads):
+- decode tok/s = (wall of generate with 33 new tokens - with 1) / 32, median of 3, on
+  the prompt "The capital of France is" (the same token ids for both);
+- prefill tok/s on a 64-token prompt (iree-benchmark-module's median; llama.cpp's
+  eval of the same ids, median of 3);
+- module load: wall of one iree-run-module prefill minus its benchmarked time;
+- iree-run-module's peak RSS (generate, 33 tokens);
+- effective weight bandwidth: the GGUF's tensor bytes (every weight is read once
+  per decoded token; the tied embedding is the output matrix) x decode tok/s.
+"""
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from llama_cpp import Llama
+
+ROOT = Path(__file__).resolve().parent.parent
+KILN = ROOT / "target/release/kiln"
+IREE_BIN = ROOT / ".venv/bin"
+WORK = ROOT / "target/bench"
+PROMPT = "The capital of France is"
+LONG_PROMPT = (
+    "The history of the city begins with a small settlement on the banks of the river, where "
+    "traders from the north and the south met to exchange grain, salt, wool and iron. Over the "
+    "centuries the settlement grew into a town, and the town into a city with walls, markets, "
+    "temples and a harbour that sheltered ships from every corner of the known world."
+)
+MAX_CONTEXT = 128
+THREADS = 2
+RUNS = 3
+
+
+def timed(cmd):
+    """Runs cmd under /usr/bin/time; returns (wall s, peak RSS MB, stdout)."""
+    out = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M", *map(str, cmd)], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"bench_serving: {' '.join(map(str, cmd))} failed:\n{out.stderr}")
+    wall, rss = re.findall(r"^TIME ([0-9.]+) ([0-9]+)$", out.stderr, re.M)[-1]
+    return float(wall), int(rss) / 1024, out.stdout
+
+
+def ids_arg(ids):
+    return f"--input=1x{len(ids)}xi32=" + ",".join(map(str, ids))
+
+
+def iree_inputs(export):
+    manifest = json.loads((export / "manifest.json").read_text())
+    params = [f"--parameters={p['scope']}={export / p['file']}" for p in manifest["parameters"]]
+    return [f"--module={export / 'model.vmfb'}", *params]
+
+
+def iree_generate(export, ids, n_new):
+    """Median wall of generate, its peak RSS and the tokens."""
+    runs = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        _, rss, stdout = timed(
+            [IREE_BIN / "iree-run-module", *iree_inputs(export), "--function=generate", ids_arg(ids), f"--input=i32={n_new}"]
+        )
+        runs.append((time.perf_counter() - start, rss, stdout))
+    # `1x128xi32=[t0 t1 ...]`: the new tokens, then -1s.
+    tokens = [int(t) for t in re.findall(r"-?\d+", runs[0][2].split("=", 1)[-1])][:n_new]
+    return statistics.median(r[0] for r in runs), max(r[1] for r in runs), tokens
+
+
+def iree_prefill(export, ids):
+    """iree-benchmark-module's median prefill time, and the load time of one run."""
+    out = subprocess.run(
+        [IREE_BIN / "iree-benchmark-module", *iree_inputs(export), "--function=prefill", ids_arg(ids),
+         f"--benchmark_repetitions={RUNS}", "--benchmark_format=json", "--device_allocator=caching"],
+        capture_output=True, text=True, check=True)
+    report = json.loads(out.stdout)
+    median = next(b for b in report["benchmarks"] if b.get("aggregate_name") == "median")
+    unit = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0}[median["time_unit"]]
+    seconds = median["real_time"] * unit
+    start = time.perf_counter()
+    subprocess.run([IREE_BIN / "iree-run-module", *iree_inputs(export), "--function=prefill", ids_arg(ids)],
+                   capture_output=True, check=True)
+    return seconds, time.perf_counter() - start - seconds
+
+
+def llama_cpp(model, ids, long_ids):
+    llm = Llama(model_path=str(model), n_ctx=MAX_CONTEXT, n_threads=THREADS, n_threads_batch=THREADS,
+                n_batch=MAX_CONTEXT, verbose=False)
+
+    def generate(n_new):
+        llm.reset()
+        llm.eval(ids)
+        tokens = []
+        for _ in range(n_new):
+            token = llm.sample(top_k=1, temp=0.0)
+            tokens.append(token)
+            llm.eval([token])
+        return tokens
+
+    def wall(f):
+        start = time.perf_counter()
+        f()
+        return time.perf_counter() - start
+
+    generate(1)  # warm up
+    one = statistics.median(wall(lambda: generate(1)) for _ in range(RUNS))
+    many = statistics.median(wall(lambda: generate(33)) for _ in range(RUNS))
+
+    def prefill():
+        llm.reset()
+        llm.eval(long_ids)
+
+    prefill_s = statistics.median(wall(prefill) for _ in range(RUNS))
+    return 32 / (many - one), len(long_ids) / prefill_s, generate(33)
+
+
+def bench(name, model):
+    export = WORK / f"serve-{name}"
+    subprocess.run([KILN, "export", model, "-o", export, "--packed", "keep", "--max-context", str(MAX_CONTEXT)],
+                   check=True, capture_output=True)
+    compile_s, compile_mb, _ = timed([KILN, "compile", export])
+
+    tokenizer = Llama(model_path=str(model), vocab_only=True, verbose=False)
+    ids = tokenizer.tokenize(PROMPT.encode())
+    long_ids = (tokenizer.tokenize(LONG_PROMPT.encode()) * 2)[:64]
+    assert len(long_ids) == 64
+    del tokenizer
+
+    one, _, _ = iree_generate(export, ids, 1)
+    many, run_mb, iree_tokens = iree_generate(export, ids, 33)
+    decode = 32 / (many - one)
+    prefill_s, load_s = iree_prefill(export, long_ids)
+    prefill = 64 / prefill_s
+
+    inspected = json.loads(subprocess.run([KILN, "inspect", "--json", model], capture_output=True, check=True).stdout)
+    weight_bytes = sum(t["bytes"] for t in inspected["tensors"])
+
+    ref_decode, ref_prefill, ref_tokens = llama_cpp(model, ids, long_ids)
+    same = next((i for i, (a, b) in enumerate(zip(iree_tokens, ref_tokens)) if a != b), min(len(iree_tokens), 33))
+    return {
+        "name": name, "compile_s": compile_s, "compile_mb": compile_mb, "decode": decode, "prefill": prefill,
+        "load_s": load_s, "run_mb": run_mb, "gbps": weight_bytes * decode / 1e9, "weight_mb": weight_bytes / 1e6,
+        "ref_decode": ref_decode, "ref_prefill": ref_prefill, "same_tokens": same,
+    }
+
+
+def main():
+    WORK.mkdir(parents=True, exist_ok=True)
+    rows = [bench(*arg.split("=", 1)) for arg in sys.argv[1:]]
+    print(f"{'model':<14} {'compile s':>9} {'MB':>6} | {'decode tok/s':>12} {'llama.cpp':>9} {'ratio':>6} | "
+          f"{'prefill64 tok/s':>15} {'llama.cpp':>9} {'ratio':>6} | {'load s':>6} {'run MB':>7} {'GB/s':>5} "
+          f"{'same tokens':>11}")
+    for r in rows:
+        print(f"{r['name']:<14} {r['compile_s']:>9.1f} {r['compile_mb']:>6.0f} | {r['decode']:>12.1f} "
+              f"{r['ref_decode']:>9.1f} {r['decode'] / r['ref_decode']:>5.2f}x | {r['prefill']:>15.1f} "
+              f"{r['ref_prefill']:>9.1f} {r['prefill'] / r['ref_prefill']:>5.2f}x | {r['load_s']:>6.2f} "
+              f"{r['run_mb']:>7.0f} {r['gbps']:>5.1f} {r['same_tokens']:>8}/33")
+    print("targets: decode >= 0.75 x llama.cpp, prefill >= 0.5 x llama.cpp, SmolLM2 compile <= 90 s")
+    weights = ", ".join(f"{r['name']} {r['weight_mb']:.0f} MB" for r in rows)
+    print(f"(weights read per decoded token: {weights})")
+
+
+if __name__ == "__main__":
+    main()
