@@ -88,18 +88,19 @@ impl Config {
         let embedding_length = keys.count("embedding_length")?;
         let head_count = keys.count("attention.head_count")?;
         let head_count_kv = keys.int_or("attention.head_count_kv", head_count)?;
-        let head_dim =
-            match keys.get("attention.key_length") {
-                Some(_) => keys.count("attention.key_length")?,
-                None if embedding_length.is_multiple_of(head_count) => embedding_length / head_count,
-                None => return Err(keys.error(
+        let head_dim = match keys.get("attention.key_length") {
+            Some(_) => keys.count("attention.key_length")?,
+            None if embedding_length.is_multiple_of(head_count) => embedding_length / head_count,
+            None => {
+                return Err(keys.error(
                     "embedding_length",
                     embedding_length,
                     format!(
                         "is not a multiple of {arch}.attention.head_count {head_count} (and no key_length is given)"
                     ),
-                )),
-            };
+                ))
+            }
+        };
         let value_length = keys.int_or("attention.value_length", head_dim)?;
         if value_length != head_dim {
             return Err(keys.error(

@@ -148,7 +148,6 @@ CASES = {
                     "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
                 },
                 "final_logit_softcapping": 3.0,
-                "attn_logit_softcapping": 2.0,
             }
         ),
         None,
