@@ -136,9 +136,7 @@ impl<'a> HfKeys<'a> {
     pub fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
         match self.raw(key) {
             None => Ok(None),
-            Some(v) => serde_json::from_value(v.clone())
-                .map(Some)
-                .map_err(|e| self.error(key, v, format!("not {} ({e})", std::any::type_name::<T>()))),
+            Some(v) => serde_json::from_value(v.clone()).map(Some).map_err(|e| self.error(key, v, e.to_string())),
         }
     }
 

@@ -213,13 +213,14 @@ impl Config {
         };
         let file = if wrapper.is_some() { "config.json text_config" } else { "config.json" };
         let keys = HfKeys::new(file, "gemma3_text", text);
-        let hidden = keys.count("hidden_size")?;
-        let heads = keys.count("num_attention_heads")?;
-        let kv_heads = keys.or("num_key_value_heads", 4)?;
-        let kv_heads = keys.positive("num_key_value_heads", kv_heads)?;
-        let head_dim = keys.or("head_dim", 256)?;
-        let head_dim = keys.positive("head_dim", head_dim)?;
-        let block_count = keys.count("num_hidden_layers")?;
+        // Gemma 3's own config.json files leave out what the class defaults
+        // to (Gemma-3-4B's text_config has no vocab_size or head counts).
+        let count = |key: &str, default: usize| keys.positive(key, keys.or(key, default)?);
+        let hidden = count("hidden_size", 2304)?;
+        let heads = count("num_attention_heads", 8)?;
+        let kv_heads = count("num_key_value_heads", 4)?;
+        let head_dim = count("head_dim", 256)?;
+        let block_count = count("num_hidden_layers", 26)?;
         keys.fixed("hidden_activation", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
         keys.fixed("hidden_act", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
         keys.fixed("attention_bias", "false", "attention projections without biases")?;
@@ -283,7 +284,7 @@ impl Config {
         let config = Config {
             block_count,
             embedding_length: hidden,
-            feed_forward_length: keys.count("intermediate_size")?,
+            feed_forward_length: count("intermediate_size", 9216)?,
             head_count: heads,
             head_count_kv: kv_heads,
             head_dim,
@@ -295,7 +296,7 @@ impl Config {
             sliding_window,
             sliding,
             rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
-            vocab_size: keys.count("vocab_size")?,
+            vocab_size: count("vocab_size", 262_208)?,
             attention_scale: 1.0 / keys.positive_f64("query_pre_attn_scalar", Some(256.0))?.sqrt(),
             final_logit_softcapping,
             norm_adds_one: true,
@@ -904,6 +905,85 @@ mod tests {
         ];
         for (extra, needle) in refused {
             let e = err(tiny("gemma3", 2, None, extra));
+            assert!(e.contains(needle), "'{e}' should contain '{needle}'");
+        }
+    }
+
+    /// HF configs as Google ships them (4.x keys, class defaults left
+    /// out) and as transformers 5 writes them read to the same model.
+    #[test]
+    fn config_from_hf() {
+        use serde_json::json;
+        let read = |config: serde_json::Value| {
+            Config::from_hf(&HfConfig::parse(&config.to_string()).unwrap()).map_err(|e| e.to_string())
+        };
+        // google/gemma-3-4b-it's config.json, vision_config shortened.
+        let gemma3_4b = json!({
+            "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+            "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+            "model_type": "gemma3",
+            "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                            "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                            "sliding_window": 1024},
+            "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+            "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}
+        });
+        let c = read(gemma3_4b.clone()).unwrap();
+        assert_eq!((c.block_count, c.embedding_length, c.feed_forward_length, c.vocab_size), (34, 2560, 10240, 262208));
+        assert_eq!((c.head_count, c.head_count_kv, c.head_dim, c.attention_scale), (8, 4, 256, 1.0 / 16.0));
+        assert_eq!((c.rope_freq_base, c.rope_scaling), (1e6, RopeScaling::Linear { factor: 8.0 }));
+        assert_eq!((c.local_rope_freq_base, c.local_rope_scaling), (1e4, RopeScaling::None));
+        assert_eq!(c.sliding_window, Some(1024));
+        let global: Vec<usize> = (0..c.block_count).filter(|&i| !c.is_sliding(i)).collect();
+        assert_eq!(global, [5, 11, 17, 23, 29]);
+        assert!(c.norm_adds_one);
+
+        // The same text model as transformers 5 writes it.
+        let layer_types: Vec<&str> =
+            (0..34).map(|i| if (i + 1) % 6 == 0 { "full_attention" } else { "sliding_attention" }).collect();
+        let v5 = json!({
+            "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 2560,
+            "intermediate_size": 10240, "num_hidden_layers": 34, "sliding_window": 1024, "layer_types": layer_types,
+            "_sliding_window_pattern": 6, "use_bidirectional_attention": false, "attn_logit_softcapping": null,
+            "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        });
+        assert_eq!(read(v5.clone()), Ok(c));
+
+        let edit = |mut config: serde_json::Value, key: &str, value: serde_json::Value| {
+            config[key] = value;
+            read(config).unwrap_err()
+        };
+        let refused = [
+            (
+                edit(v5.clone(), "layer_types", json!(["full_attention"])),
+                "layer_types = [\"full_attention\"]: must name 34 layers",
+            ),
+            (
+                edit(v5.clone(), "rope_parameters", json!({"rope_type": "default"})),
+                "rope_parameters.rope_type = \"default\": Gemma 3's rope_parameters has one entry per layer type",
+            ),
+            (
+                edit(v5.clone(), "hidden_activation", json!("gelu")),
+                "hidden_activation = \"gelu\": kiln supports only \"gelu_pytorch_tanh\"",
+            ),
+            (edit(v5.clone(), "use_bidirectional_attention", json!(true)), "use_bidirectional_attention = true"),
+            (edit(v5.clone(), "sliding_window", json!(null)), "sliding_window = null: kiln needs a window"),
+            (
+                edit(v5.clone(), "num_key_value_heads", json!(3)),
+                "num_key_value_heads = 3: must divide the 8 query heads",
+            ),
+            (edit(v5.clone(), "query_pre_attn_scalar", json!(0)), "query_pre_attn_scalar = 0.0: must be positive"),
+            (
+                edit(v5.clone(), "altup_num_inputs", json!(4)),
+                "altup_num_inputs = 4: kiln does not know this key for model_type gemma3_text",
+            ),
+            (
+                edit(gemma3_4b.clone(), "vision_soft_tokens", json!(4)),
+                "config.json: vision_soft_tokens = 4: kiln does not know this key for model_type gemma3",
+            ),
+        ];
+        for (e, needle) in refused {
             assert!(e.contains(needle), "'{e}' should contain '{needle}'");
         }
     }

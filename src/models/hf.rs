@@ -4,7 +4,8 @@
 //!
 //! The front-ends ask for tensors by llama.cpp's GGUF names;
 //! [`SafetensorsWeights`] maps them to HF's through one table per family
-//! (the llama family's today: [`llama_hf_name`]) and declares each param
+//! ([`HfNames`]: llama's, Gemma 3's, and where a multimodal wrapper keeps
+//! its text model) and declares each param
 //! under its HF name, so `#flow.parameter.named<"model"::"model.layers.0.self_attn.q_proj.weight">`
 //! reads the safetensors file itself. Unlike GGUF, HF keeps Q/K rows in the
 //! `rotate_half` order, which [`crate::models::llama::Config::from_hf`]

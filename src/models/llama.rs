@@ -184,6 +184,9 @@ impl Config {
         // projections; Qwen2's q/k/v have biases whatever the config says.
         keys.fixed("attention_bias", "false", "attention projections without biases (Qwen2's q/k/v biases aside)")?;
         keys.ignore(&["max_position_embeddings"]);
+        // SmolLM2's nanotron leftovers, which transformers does not read.
+        keys.ignore(&["is_llama_config"]);
+        keys.fixed("rope_interleaved", "false", "transformers rotates halves whatever this says")?;
         let sliding_window = match model_type {
             "mistral" => keys.get("sliding_window")?,
             "qwen2" | "qwen3" => qwen_sliding_window(&keys)?,
@@ -876,7 +879,8 @@ mod tests {
             (json!({"rms_norm_eps": -1.0}), "rms_norm_eps = -1.0: must be positive and finite"),
             (json!({"rms_norm_eps": 0}), "rms_norm_eps = 0.0: must be positive"),
             (json!({"rope_theta": 0.5}), "rope_theta = 0.5: must be greater than 1"),
-            (json!({"vocab_size": "many"}), "vocab_size = \"many\": not usize"),
+            (json!({"vocab_size": "many"}), "vocab_size = \"many\": invalid type: string \"many\", expected usize"),
+            (json!({"rope_interleaved": true}), "rope_interleaved = true"),
             (json!({"is_encoder_decoder": true}), "is_encoder_decoder = true"),
             (json!({"num_experts": 8}), "num_experts = 8: kiln does not know this key for model_type llama"),
             (json!({"quantization_config": {"quant_method": "gptq"}}), "quantization_config = {\"quant_method\":\"gptq\"}: kiln does not know"),
@@ -889,6 +893,20 @@ mod tests {
         }
         // Unknown keys are fine when null; known no-effect keys whatever their value.
         assert!(hf(json!({"num_experts": null, "initializer_range": 0.5, "max_length": 20})).is_ok());
+        // SmolLM2-135M-Instruct's own config.json.
+        let smollm2 = json!({
+            "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+            "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 576,
+            "initializer_range": 0.041666666666666664, "intermediate_size": 1536, "is_llama_config": true,
+            "max_position_embeddings": 8192, "model_type": "llama", "num_attention_heads": 9,
+            "num_hidden_layers": 30, "num_key_value_heads": 3, "pad_token_id": 2, "pretraining_tp": 1,
+            "rms_norm_eps": 1e-05, "rope_interleaved": false, "rope_scaling": null, "rope_theta": 100000,
+            "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.42.3",
+            "transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16", "fp16": "float16"}},
+            "use_cache": true, "vocab_size": 49152
+        });
+        let Ok(Family::Llama(c)) = hf(smollm2) else { panic!("SmolLM2's config") };
+        assert_eq!((c.head_count, c.head_count_kv, c.head_dim, c.rope_freq_base), (9, 3, 64, 100000.0));
         // Qwen with a window on every layer, or with the window off.
         let Ok(Family::Llama(c)) =
             hf(json!({"model_type": "qwen2", "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 0}))
