@@ -221,6 +221,9 @@ impl Config {
         let kv_heads = count("num_key_value_heads", 4)?;
         let head_dim = count("head_dim", 256)?;
         let block_count = count("num_hidden_layers", 26)?;
+        if wrapper.is_some() {
+            keys.fixed("model_type", "\"gemma3_text\"", "Gemma 3's text model")?;
+        }
         keys.fixed("hidden_activation", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
         keys.fixed("hidden_act", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
         keys.fixed("attention_bias", "false", "attention projections without biases")?;
