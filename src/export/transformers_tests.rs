@@ -14,6 +14,7 @@
 use super::tests::{export_and_compile, max_abs_diff, run};
 use super::*;
 use crate::models::{scalar_i32, token_ids};
+use crate::weights::safetensors::StDType;
 use std::time::Instant;
 
 /// The prompt of transformers_reference.py: longer than every sliding window.
@@ -144,4 +145,29 @@ fn changed_configs_are_refused_by_name() {
     assert!(e.contains("config.json text_config: final_logit_softcapping = 30.0"), "{e}");
     let e = refused("qwen2_bias", &|c| c["rms_norm_eps"] = (-1.0).into());
     assert!(e.contains("rms_norm_eps = -1.0: must be positive"), "{e}");
+}
+
+/// A tensor of the decoder that kiln does not read stops the export; the
+/// vision tower of a multimodal checkpoint is not the decoder's.
+#[test]
+fn unused_tensors_are_refused_but_not_the_vision_tower() {
+    use crate::weights::safetensors::{self, SafeTensors};
+    let work = tempfile::tempdir().unwrap();
+    let with_extra = |case: &str, extra: &str| {
+        let dir = work.path().join(case);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(case_dir(case).join("config.json"), dir.join("config.json")).unwrap();
+        let stored = SafeTensors::open(&case_dir(case).join("model.safetensors")).unwrap();
+        let zeros = [0u8; 4 * 16];
+        let mut tensors: Vec<_> = stored.tensors().map(|t| (t.name, t.dtype, t.shape, t.data)).collect();
+        tensors.push((extra, StDType::F32, &[16][..], &zeros[..]));
+        safetensors::write(&dir.join("model.safetensors"), &tensors, &Default::default()).unwrap();
+        export(&dir, &work.path().join("out"), &ExportOptions::default(), &mut ())
+    };
+    let e = with_extra("qwen3", "model.layers.1.self_attn.o_proj.bias").err().expect("refused").to_string();
+    assert!(
+        e.contains("tensor \"model.layers.1.self_attn.o_proj.bias\" is in the checkpoint but kiln's qwen3 front-end does not use it"),
+        "{e}"
+    );
+    with_extra("gemma3_multimodal", "vision_tower.extra.bias").unwrap();
 }

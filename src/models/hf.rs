@@ -20,6 +20,7 @@ use crate::trace::Tracer;
 use crate::weights::hf_config::HfConfig;
 use crate::weights::safetensors::{SafeTensors, ShardedSafeTensors, StDType, TensorView};
 use crate::weights::WeightsError;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The llama family's (llama, mistral) whole-model tensors: GGUF name, HF name.
@@ -298,6 +299,21 @@ impl Checkpoint for SafetensorsWeights<'_> {
     /// files ([`HfCheckpoint::files`]), and this is their index.
     fn path(&self) -> &Path {
         self.checkpoint.path()
+    }
+
+    /// Only the decoder's tensors and the head count: a wrapper's vision
+    /// tower is not exported; a tied checkpoint's stored `lm_head.weight`
+    /// and old checkpoints' `rotary_emb.inv_freq` buffers are ignored by
+    /// transformers too.
+    fn unused(&self, used: &BTreeSet<&str>) -> Option<String> {
+        let names = &self.checkpoint.names;
+        let model = |name: &str| name.starts_with(names.body) || name == names.head;
+        let ignored = |name: &str| {
+            (name == names.head && self.checkpoint.config.tie_word_embeddings())
+                || name.ends_with(".rotary_emb.inv_freq")
+        };
+        let tensors = self.checkpoint.shards().iter().flat_map(|file| file.tensors());
+        tensors.map(|t| t.name).find(|&n| model(n) && !ignored(n) && !used.contains(n)).map(str::to_string)
     }
 }
 

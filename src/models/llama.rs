@@ -922,6 +922,24 @@ mod tests {
         assert_eq!((c.sliding_window, c.qk_norm), (None, true), "use_sliding_window is false");
     }
 
+    /// A tensor the front-end does not read (llama.cpp's optional output
+    /// bias) stops the export rather than being left out.
+    #[test]
+    fn unused_tensors_are_refused() {
+        let bias = vec![("blk.1.attn_output.bias".to_string(), vec![32], 0, vec![0; 4 * 32])];
+        let gguf = Gguf::parse(tiny_with("llama", false, &[], bias, vec![])).unwrap();
+        let family = Family::from_gguf(&gguf).unwrap();
+        let e = crate::models::Serving::new(&family, &keep(&gguf), 8).err().expect("refused").to_string();
+        assert!(
+            e.contains(
+                "tensor \"blk.1.attn_output.bias\" is in the checkpoint but kiln's llama front-end does not use it"
+            ),
+            "{e}"
+        );
+        let plain = Gguf::parse(tiny("llama", false, &[])).unwrap();
+        assert!(crate::models::Serving::new(&Family::from_gguf(&plain).unwrap(), &keep(&plain), 8).is_ok());
+    }
+
     /// The GGUF cases of issue 15: keys kiln does not compute are refused.
     #[test]
     fn gguf_keys_are_read_or_refused() {

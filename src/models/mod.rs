@@ -25,6 +25,7 @@ use crate::weights::gguf::{Gguf, GgufTensor};
 use crate::weights::hf_config::HfConfig;
 use crate::weights::safetensors::StDType;
 use crate::weights::WeightsError;
+use std::collections::BTreeSet;
 use std::path::Path;
 use thiserror::Error;
 
@@ -144,6 +145,14 @@ pub enum ModelError {
         /// Its ggml type.
         ty: GgmlType,
     },
+    /// A checkpoint tensor the front-end has no use for.
+    #[error("tensor \"{name}\" is in the checkpoint but kiln's {family} front-end does not use it: the model has a part kiln does not compute")]
+    UnusedTensor {
+        /// The tensor's name in the file.
+        name: String,
+        /// The family read.
+        family: String,
+    },
     /// A tensor's shape differs from the one the config implies.
     #[error("tensor \"{name}\" has shape {found:?}, the config needs {expected:?}")]
     TensorShape {
@@ -193,6 +202,13 @@ pub trait Checkpoint: ParamSource {
 
     /// The file that `#flow.parameter.named` keys of copied params refer to.
     fn path(&self) -> &Path;
+
+    /// A stored tensor of the model that is not among `used` (the params
+    /// the front-end declared, by their names in the file): a part of the
+    /// model kiln would leave out. Parts that are not the decoder's (a
+    /// vision tower) or that the reference implementation ignores too (a
+    /// tied checkpoint's stored head) do not count.
+    fn unused(&self, used: &BTreeSet<&str>) -> Option<String>;
 }
 
 /// `cast` if it is a float dtype a dense param can be declared as.
@@ -307,6 +323,10 @@ impl<D: AsRef<[u8]>> Checkpoint for GgufWeights<'_, D> {
 
     fn path(&self) -> &Path {
         self.gguf.path()
+    }
+
+    fn unused(&self, used: &BTreeSet<&str>) -> Option<String> {
+        self.gguf.tensors().map(|t| t.name).find(|name| !used.contains(name)).map(str::to_string)
     }
 }
 
@@ -497,10 +517,15 @@ pub struct Serving {
 }
 
 impl Serving {
-    /// Traces the four graphs of `family` over `weights`.
+    /// Traces the four graphs of `family` over `weights`, every tensor of
+    /// the model used ([`Checkpoint::unused`]).
     pub fn new(family: &Family, weights: &dyn Checkpoint, max_context: usize) -> Result<Serving> {
         let [prefill, decode]: [Graph; 2] =
             entry_points(family, weights, max_context, 1)?.try_into().expect("two entry points");
+        let used: BTreeSet<&str> = prefill.params().map(|(_, name, _)| name).collect();
+        if let Some(name) = weights.unused(&used) {
+            return Err(ModelError::UnusedTensor { name, family: family.name().to_string() });
+        }
         let vocab = prefill.node(prefill.outputs()[0]).ty.shape[2];
         Ok(Serving {
             prefill,
