@@ -164,7 +164,7 @@ fn unused_tensors_are_refused_but_not_the_vision_tower() {
         safetensors::write(&dir.join("model.safetensors"), &tensors, &Default::default()).unwrap();
         export(&dir, &work.path().join("out"), &ExportOptions::default(), &mut ())
     };
-    let e = with_extra("qwen3", "model.layers.1.self_attn.o_proj.bias").err().expect("refused").to_string();
+    let e = with_extra("qwen3", "model.layers.1.self_attn.o_proj.bias").expect_err("refused").to_string();
     assert!(
         e.contains("tensor \"model.layers.1.self_attn.o_proj.bias\" is in the checkpoint but kiln's qwen3 front-end does not use it"),
         "{e}"
