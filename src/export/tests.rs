@@ -19,7 +19,7 @@ fn options(params: ParamsMode, packed: PackedPolicy) -> ExportOptions {
 }
 
 /// Exports and compiles `model`, reporting the figures.
-fn export_and_compile(model: &Path, options: &ExportOptions) -> (tempfile::TempDir, ExportSummary) {
+pub(super) fn export_and_compile(model: &Path, options: &ExportOptions) -> (tempfile::TempDir, ExportSummary) {
     let dir = tempfile::tempdir().unwrap();
     let summary = export(model, dir.path(), options, &mut ()).unwrap_or_else(|e| panic!("export: {e}"));
     let start = Instant::now();
@@ -37,7 +37,7 @@ fn export_and_compile(model: &Path, options: &ExportOptions) -> (tempfile::TempD
 }
 
 /// Runs `function` of a compiled export on `inputs`; returns its outputs.
-fn run(dir: &Path, function: &str, inputs: &[Value], outputs: usize) -> Vec<Value> {
+pub(super) fn run(dir: &Path, function: &str, inputs: &[Value], outputs: usize) -> Vec<Value> {
     let manifest = Manifest::read(dir).unwrap();
     let work = tempfile::tempdir().unwrap();
     let input_paths: Vec<PathBuf> = (0..inputs.len()).map(|i| work.path().join(format!("in{i}.npy"))).collect();
@@ -52,7 +52,7 @@ fn run(dir: &Path, function: &str, inputs: &[Value], outputs: usize) -> Vec<Valu
     output_paths.iter().map(|p| npy::read(p).unwrap()).collect()
 }
 
-fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+pub(super) fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
 }
@@ -87,7 +87,14 @@ fn assert_no_unused_params(dir: &Path) {
 /// logits against the interpreter's at every position, prefill + decode
 /// against the whole prefill, and `generate` against `greedy` (the
 /// interpreter's tokens, up to an end of generation). Returns the text.
-fn check_export(model: &Path, dir: &Path, reference: &Serving, params: &dyn ParamSource, greedy: &[u32]) -> String {
+fn check_export(
+    model: &Path,
+    dir: &Path,
+    reference: &Serving,
+    params: &dyn ParamSource,
+    greedy: &[u32],
+    transformers: &str,
+) -> String {
     let manifest = Manifest::read(dir).unwrap();
     let names: Vec<&str> = manifest.functions.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["prefill", "decode", "generate"]);
@@ -109,6 +116,7 @@ fn check_export(model: &Path, dir: &Path, reference: &Serving, params: &dyn Para
     eprintln!("{}: max |IREE - interpreter| over {n} positions: {diff:e}", model.display());
     assert!(diff <= 1e-3, "prefill logits differ by {diff}");
     assert_eq!(argmax_rows(&got, vocab), argmax_rows(&want, vocab), "argmax at some position");
+    matches_transformers_gguf(transformers, &ids, &got[(n - 1) * vocab..]);
 
     let head = run(dir, "prefill", &[token_ids(&ids[..n - 1])], 3);
     let step =
@@ -121,6 +129,30 @@ fn check_export(model: &Path, dir: &Path, reference: &Serving, params: &dyn Para
     eprintln!("IREE generate: {:?} ({} tokens in {:.2} s)", generated.text, generated.tokens.len(), generated.seconds);
     assert_eq!(generated.tokens, greedy, "IREE's greedy tokens differ from the interpreter's");
     generated.text
+}
+
+/// `last`, IREE's logits at the last position of `ids`, against
+/// transformers' for the same GGUF (`from_pretrained(dir, gguf_file=...)`,
+/// f32; test/models/transformers_reference.py): its top tokens and a
+/// stride of the vocabulary, and the argmax.
+fn matches_transformers_gguf(name: &str, ids: &[u32], last: &[f64]) {
+    #[derive(Deserialize)]
+    struct Reference {
+        tokens: Vec<u32>,
+        vocab: usize,
+        argmax: usize,
+        ids: Vec<usize>,
+        logits: Vec<f64>,
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/transformers/gguf").join(format!("{name}.json"));
+    let reference: Reference = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(ids, reference.tokens, "kiln's tokenizer encodes the prompt as transformers' does");
+    assert_eq!(last.len(), reference.vocab);
+    let got: Vec<f64> = reference.ids.iter().map(|&i| last[i]).collect();
+    let diff = max_abs_diff(&got, &reference.logits);
+    eprintln!("{name}: max |IREE - transformers| over {} last-position logits: {diff:e}", got.len());
+    assert!(diff <= 1e-4, "{name}: logits differ from transformers' by {diff:e}");
+    assert_eq!(argmax_rows(last, last.len()), [reference.argmax], "argmax differs from transformers'");
 }
 
 /// The interpreter's greedy continuation of [`PROMPT`] (up to an end of
@@ -158,7 +190,7 @@ fn smollm2_end_to_end() {
     let gguf = Gguf::open(&model).unwrap();
     let weights = GgufWeights::new(&gguf, PackedPolicy::Keep).unwrap();
     let serving = Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
-    let text = check_export(&model, dir.path(), &serving, &weights, &smollm2_reference().1);
+    let text = check_export(&model, dir.path(), &serving, &weights, &smollm2_reference().1, "smollm2");
     assert!(text.starts_with(" Paris"), "{text:?}");
 }
 
@@ -200,7 +232,7 @@ fn gemma3_end_to_end() {
     let gguf = Gguf::open(&model).unwrap_or_else(|e| panic!("{e} (run `make setup`)"));
     let weights = GgufWeights::new(&gguf, PackedPolicy::Keep).unwrap();
     let serving = Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
-    check_export(&model, dir.path(), &serving, &weights, &greedy_reference(&gguf));
+    check_export(&model, dir.path(), &serving, &weights, &greedy_reference(&gguf), "gemma3");
 }
 
 /// An HF checkpoint (safetensors + config.json, HF's rope layout, and

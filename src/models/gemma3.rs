@@ -20,6 +20,7 @@
 //!   local layers then one global ([`SLIDING_WINDOW_PATTERN`]), local
 //!   layers' rope base 10000 without scaling, and the attention scale.
 
+use super::config::{self, GgufKeys, HfKeys, OriginalContext, RopeConfig};
 use super::{load_head, merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
 use crate::graph::{DType, Graph, TensorType};
 use crate::trace::nn::{
@@ -27,17 +28,20 @@ use crate::trace::nn::{
 };
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
+use crate::weights::hf_config::HfConfig;
 
 /// Every `SLIDING_WINDOW_PATTERN`-th layer is global, the others slide:
 /// layer `i` is global iff `(i + 1) % 6 == 0` (llama.cpp
-/// `hparams.set_swa_pattern(6)`, HF `sliding_window_pattern = 6`).
+/// `hparams.set_swa_pattern(6)`, HF `sliding_window_pattern = 6`), unless
+/// the checkpoint says otherwise.
 pub const SLIDING_WINDOW_PATTERN: usize = 6;
 
 /// Rope base of the local layers (llama.cpp `rope_freq_base_train_swa`,
 /// HF `rope_local_base_freq`); GGUF has no key for it.
 pub const LOCAL_ROPE_FREQ_BASE: f64 = 10000.0;
 
-/// Hyper-parameters, from GGUF metadata under llama.cpp's key names.
+/// Hyper-parameters, from GGUF metadata under llama.cpp's key names, or
+/// from HF's `config.json` ([`Config::from_hf`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// `gemma3.block_count`
@@ -60,8 +64,16 @@ pub struct Config {
     /// `gemma3.rope.scaling.factor` (or the older `gemma3.rope.scale_linear`),
     /// linear, for the global layers only
     pub rope_scaling: RopeScaling,
+    /// The local layers' rope base: [`LOCAL_ROPE_FREQ_BASE`] in GGUF, HF
+    /// `rope_local_base_freq` or `rope_parameters.sliding_attention`.
+    pub local_rope_freq_base: f64,
+    /// The local layers' rope scaling (none in GGUF).
+    pub local_rope_scaling: RopeScaling,
     /// `gemma3.attention.sliding_window`; absent when every layer is global
     pub sliding_window: Option<usize>,
+    /// Per layer, whether it attends within the window: every layer but
+    /// each [`SLIDING_WINDOW_PATTERN`]-th, or as `layer_types` says.
+    pub sliding: Vec<bool>,
     /// `gemma3.attention.layer_norm_rms_epsilon`
     pub rms_norm_eps: f64,
     /// `gemma3.vocab_size`, else the rows of `token_embd.weight`
@@ -72,29 +84,33 @@ pub struct Config {
     pub attention_scale: f64,
     /// `gemma3.final_logit_softcapping` (Gemma 3 checkpoints have none)
     pub final_logit_softcapping: Option<f64>,
+    /// Norm weights are stored as `w` and scale by `1 + w` (HF's
+    /// `Gemma3RMSNorm`); llama.cpp's converter stores `1 + w` in GGUF.
+    pub norm_adds_one: bool,
 }
 
 impl Config {
-    /// Reads the `gemma3.*` keys; refuses another architecture, and what
-    /// this front-end does not compute.
+    /// Reads the `gemma3.*` keys, each one used, listed as not changing the
+    /// forward pass, or refused ([`GgufKeys::finish`]).
     pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
-        let arch = gguf.get_str("general.architecture")?;
-        if arch != "gemma3" {
-            return Err(ModelError::UnknownArchitecture(arch.to_string()));
+        let keys = GgufKeys::new(gguf)?;
+        if keys.arch != "gemma3" {
+            return Err(ModelError::UnknownArchitecture(keys.arch.clone()));
         }
-        let int = |key: &str| gguf.get_u64(key).map(|v| v as usize);
-        let int_or = |key: &str, default: usize| if gguf.get(key).is_some() { int(key) } else { Ok(default) };
-        let float_opt = |key: &str| gguf.get(key).map(|_| gguf.get_f64(key)).transpose();
-        let embedding_length = int("gemma3.embedding_length")?;
-        let head_count = int("gemma3.attention.head_count")?;
-        if head_count == 0 || embedding_length % head_count != 0 {
-            return Err(ModelError::Config(format!(
-                "gemma3.embedding_length {embedding_length} is not a multiple of gemma3.attention.head_count {head_count}"
-            )));
+        keys.ignore(&["context_length"]);
+        config::refuse_experts(&keys)?;
+        let embedding_length = keys.count("embedding_length")?;
+        let head_count = keys.count("attention.head_count")?;
+        if !embedding_length.is_multiple_of(head_count) {
+            return Err(keys.error(
+                "embedding_length",
+                embedding_length,
+                format!("is not a multiple of gemma3.attention.head_count {head_count}"),
+            ));
         }
-        let head_dim = int_or("gemma3.attention.key_length", embedding_length / head_count)?;
-        let vocab_size = match gguf.get("gemma3.vocab_size") {
-            Some(_) => int("gemma3.vocab_size")?,
+        let head_dim = keys.int_or("attention.key_length", embedding_length / head_count)?;
+        let vocab_size = match keys.get("vocab_size") {
+            Some(_) => keys.count("vocab_size")?,
             None => {
                 let embd = gguf
                     .tensor("token_embd.weight")
@@ -102,67 +118,299 @@ impl Config {
                 embd.shape()[0]
             }
         };
-        let rope_dimension_count = int_or("gemma3.rope.dimension_count", head_dim)?;
+        let rope_dimension_count = keys.int_or("rope.dimension_count", head_dim)?;
         if rope_dimension_count != head_dim {
-            return Err(ModelError::Config(format!(
-                "gemma3.rope.dimension_count {rope_dimension_count} != head dim {head_dim}: partial rotary embeddings are not supported"
-            )));
+            return Err(keys.error(
+                "rope.dimension_count",
+                rope_dimension_count,
+                format!("partial rotary embeddings are not supported (kiln rotates the whole head of {head_dim})"),
+            ));
         }
-        let block_count = int("gemma3.block_count")?;
-        let sliding_window = match gguf.get("gemma3.attention.sliding_window") {
-            Some(_) => Some(int("gemma3.attention.sliding_window")?),
+        let block_count = keys.count("block_count")?;
+        let sliding_window = match keys.get("attention.sliding_window") {
+            Some(_) => Some(keys.count("attention.sliding_window")?),
             None => None,
         };
-        Ok(Config {
+        let sliding = match keys.get("attention.sliding_window_pattern") {
+            None => pattern(block_count, SLIDING_WINDOW_PATTERN),
+            Some(v) => match v.as_array() {
+                // Newer llama.cpp converters: one bool per layer.
+                Some(a) if a.len() == block_count && a.iter().all(|b| b.as_bool().is_some()) => {
+                    a.iter().map(|b| b.as_bool().expect("checked")).collect()
+                }
+                Some(a) => {
+                    return Err(keys.error(
+                        "attention.sliding_window_pattern",
+                        format!("[{} values]", a.len()),
+                        format!("must be {block_count} booleans, one per block"),
+                    ))
+                }
+                None => pattern(block_count, keys.count("attention.sliding_window_pattern")?),
+            },
+        };
+        let rope_scaling = config::rope_from_gguf(&keys)?;
+        if let RopeScaling::Yarn { .. } = rope_scaling {
+            return Err(keys.error(
+                "rope.scaling.type",
+                "\"yarn\"",
+                "only linear rope scaling is supported for gemma3",
+            ));
+        }
+        if let Some(cap) = keys.float("attn_logit_softcapping")? {
+            return Err(keys.error("attn_logit_softcapping", cap, ATTN_SOFTCAP_REFUSED));
+        }
+        let config = Config {
             block_count,
             embedding_length,
-            feed_forward_length: int("gemma3.feed_forward_length")?,
+            feed_forward_length: keys.count("feed_forward_length")?,
             head_count,
-            head_count_kv: int_or("gemma3.attention.head_count_kv", head_count)?,
+            head_count_kv: keys.int_or("attention.head_count_kv", head_count)?,
             head_dim,
-            value_length: int_or("gemma3.attention.value_length", head_dim)?,
-            rope_freq_base: float_opt("gemma3.rope.freq_base")?.unwrap_or(10000.0),
-            rope_scaling: rope_scaling(gguf)?,
+            value_length: keys.int_or("attention.value_length", head_dim)?,
+            rope_freq_base: keys.positive_f64("rope.freq_base", Some(10000.0))?,
+            rope_scaling,
+            local_rope_freq_base: LOCAL_ROPE_FREQ_BASE,
+            local_rope_scaling: RopeScaling::None,
             sliding_window,
-            rms_norm_eps: gguf.get_f64("gemma3.attention.layer_norm_rms_epsilon")?,
+            sliding,
+            rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
             vocab_size,
             attention_scale: match block_count {
                 62 => 1.0 / ((embedding_length / head_count) as f64).sqrt(),
                 _ => 1.0 / (head_dim as f64).sqrt(),
             },
-            final_logit_softcapping: float_opt("gemma3.final_logit_softcapping")?,
+            final_logit_softcapping: match keys.float("final_logit_softcapping")? {
+                Some(_) => Some(keys.positive_f64("final_logit_softcapping", None)?),
+                None => None,
+            },
+            norm_adds_one: false,
+        };
+        keys.finish()?;
+        config.check(|key, value, message| keys.error(key, value, message))
+    }
+
+    /// From a Hugging Face `config.json`: `model_type` gemma3_text
+    /// (`Gemma3ForCausalLM`), or gemma3 (`Gemma3ForConditionalGeneration`,
+    /// whose `text_config` is read and whose vision tower is not exported).
+    /// Defaults are `Gemma3TextConfig`'s; every key is read or refused.
+    pub fn from_hf(hf: &HfConfig) -> Result<Config> {
+        let wrapper = match hf.model_type.as_str() {
+            "gemma3_text" => None,
+            "gemma3" => Some(HfKeys::new("config.json", "gemma3", &hf.keys)),
+            other => {
+                return Err(ModelError::UnknownModelType { model_type: other.into(), architecture: String::new() })
+            }
+        };
+        let text = match &wrapper {
+            None => &hf.keys,
+            Some(w) => match w.raw("text_config") {
+                Some(serde_json::Value::Object(text)) => text,
+                Some(other) => return Err(w.error("text_config", other, "must be an object")),
+                None => {
+                    return Err(ModelError::MissingConfigKey { file: "config.json".into(), key: "text_config".into() })
+                }
+            },
+        };
+        let file = if wrapper.is_some() { "config.json text_config" } else { "config.json" };
+        let keys = HfKeys::new(file, "gemma3_text", text);
+        // Gemma 3's own config.json files leave out what the class defaults
+        // to (Gemma-3-4B's text_config has no vocab_size or head counts).
+        let count = |key: &str, default: usize| keys.positive(key, keys.or(key, default)?);
+        let hidden = count("hidden_size", 2304)?;
+        let heads = count("num_attention_heads", 8)?;
+        let kv_heads = count("num_key_value_heads", 4)?;
+        let head_dim = count("head_dim", 256)?;
+        let block_count = count("num_hidden_layers", 26)?;
+        if wrapper.is_some() {
+            keys.fixed("model_type", "\"gemma3_text\"", "Gemma 3's text model")?;
+        }
+        keys.fixed("hidden_activation", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
+        keys.fixed("hidden_act", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
+        keys.fixed("attention_bias", "false", "attention projections without biases")?;
+        keys.fixed("use_bidirectional_attention", "false", "causal attention")?;
+        keys.ignore(&["max_position_embeddings", "cache_implementation"]);
+        if let Some(cap) = keys.get::<f64>("attn_logit_softcapping")? {
+            return Err(keys.error("attn_logit_softcapping", &serde_json::json!(cap), ATTN_SOFTCAP_REFUSED));
+        }
+        let final_logit_softcapping = match keys.get::<f64>("final_logit_softcapping")? {
+            // transformers 5.24's Gemma3ForConditionalGeneration does not cap its logits.
+            Some(cap) if wrapper.is_some() => {
+                return Err(keys.error(
+                    "final_logit_softcapping",
+                    &serde_json::json!(cap),
+                    "Gemma3ForConditionalGeneration does not apply it in transformers 5.24 (Gemma3ForCausalLM does); set it to null",
+                ))
+            }
+            Some(_) => Some(keys.positive_f64("final_logit_softcapping", None)?),
+            None => None,
+        };
+        // Sliding layers: `layer_types` (5.x), else every layer but each
+        // `sliding_window_pattern`-th (4.x; 5.x also writes `_sliding_window_pattern`).
+        // Absent: the class default; null: no window.
+        let sliding_window = match keys.has("sliding_window") {
+            false => Some(4096),
+            true => keys.get::<usize>("sliding_window")?.map(|w| keys.positive("sliding_window", w)).transpose()?,
+        };
+        let pattern_key = ["sliding_window_pattern", "_sliding_window_pattern"];
+        let every = match pattern_key.iter().find_map(|k| keys.get::<usize>(k).transpose()) {
+            Some(n) => n?,
+            None => SLIDING_WINDOW_PATTERN,
+        };
+        let sliding = match keys.get::<Vec<String>>("layer_types")? {
+            None => pattern(block_count, keys.positive("sliding_window_pattern", every)?),
+            Some(types) if types.len() != block_count => {
+                return Err(keys.error(
+                    "layer_types",
+                    &serde_json::json!(types),
+                    format!("must name {block_count} layers, one per num_hidden_layers"),
+                ))
+            }
+            Some(types) => types
+                .iter()
+                .map(|t| match t.as_str() {
+                    "sliding_attention" => Ok(true),
+                    "full_attention" => Ok(false),
+                    _ => Err(keys.error("layer_types", &serde_json::json!(t), "sliding_attention or full_attention")),
+                })
+                .collect::<Result<Vec<bool>>>()?,
+        };
+        if sliding_window.is_none() && sliding.contains(&true) {
+            // HF would give those layers the local rope over the whole
+            // context; kiln's local layers always slide.
+            return Err(keys.error(
+                "sliding_window",
+                &serde_json::Value::Null,
+                "kiln needs a window for the sliding_attention layers",
+            ));
+        }
+        let (global, local) = rope(&keys)?;
+        let config = Config {
+            block_count,
+            embedding_length: hidden,
+            feed_forward_length: count("intermediate_size", 9216)?,
+            head_count: heads,
+            head_count_kv: kv_heads,
+            head_dim,
+            value_length: head_dim,
+            rope_freq_base: global.theta,
+            rope_scaling: global.scaling,
+            local_rope_freq_base: local.theta,
+            local_rope_scaling: local.scaling,
+            sliding_window,
+            sliding,
+            rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
+            vocab_size: count("vocab_size", 262_208)?,
+            attention_scale: 1.0 / keys.positive_f64("query_pre_attn_scalar", Some(256.0))?.sqrt(),
+            final_logit_softcapping,
+            norm_adds_one: true,
+        };
+        // Read by SafetensorsWeights, through HfConfig::tie_word_embeddings.
+        keys.get::<bool>("tie_word_embeddings")?;
+        keys.finish()?;
+        if let Some(w) = &wrapper {
+            // The wrapper's own keys: the vision tower and its image tokens,
+            // which text-only prompts never use.
+            w.ignore(&[
+                "vision_config",
+                "mm_tokens_per_image",
+                "boi_token_index",
+                "eoi_token_index",
+                "image_token_index",
+                "boi_token_id",
+                "eoi_token_id",
+                "image_token_id",
+            ]);
+            w.get::<bool>("tie_word_embeddings")?;
+            w.finish()?;
+        }
+        config.check(|key, value: usize, message| {
+            let key = match key {
+                "attention.head_count_kv" => "num_key_value_heads",
+                "attention.key_length" => "head_dim",
+                other => other,
+            };
+            keys.error(key, &value.into(), message)
         })
     }
 
     /// Whether layer `i` attends within the sliding window (local) rather
     /// than to the whole sequence (global).
     pub fn is_sliding(&self, i: usize) -> bool {
-        self.sliding_window.is_some() && !(i + 1).is_multiple_of(SLIDING_WINDOW_PATTERN)
+        self.sliding_window.is_some() && self.sliding.get(i).copied().unwrap_or(false)
+    }
+
+    /// What both sources must satisfy: kv heads dividing the heads, even
+    /// heads, one `sliding` entry per block.
+    fn check(self, error: impl Fn(&str, usize, String) -> ModelError) -> Result<Config> {
+        if self.head_count_kv == 0 || !self.head_count.is_multiple_of(self.head_count_kv) {
+            let message = format!("must divide the {} query heads", self.head_count);
+            return Err(error("attention.head_count_kv", self.head_count_kv, message));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(error("attention.key_length", self.head_dim, "rotary embeddings need an even head".into()));
+        }
+        assert_eq!(self.sliding.len(), self.block_count, "both readers give one entry per block");
+        Ok(self)
     }
 }
 
-/// The global layers' rope scaling, as llama.cpp reads it: a factor (from
-/// `rope.scaling.factor`, else `rope.scale_linear`) divides positions unless
-/// it is 0 or 1; only linear scaling (the type's default) is supported.
-fn rope_scaling<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<RopeScaling> {
-    let kind = match gguf.get("gemma3.rope.scaling.type") {
-        Some(_) => gguf.get_str("gemma3.rope.scaling.type")?,
-        None => "linear",
-    };
-    if !matches!(kind, "linear" | "none") {
-        return Err(ModelError::Config(format!(
-            "gemma3.rope.scaling.type is \"{kind}\": only linear rope scaling is supported"
-        )));
+/// A norm weight as the forward pass multiplies by it: `1 + w` when the
+/// checkpoint stores `w` (HF), as stored when it holds `1 + w` (GGUF).
+fn norm_weight<'t>(c: &Config, w: Tensor<'t>) -> Result<Tensor<'t>> {
+    if !c.norm_adds_one {
+        return Ok(w);
     }
-    let factor = ["gemma3.rope.scaling.factor", "gemma3.rope.scale_linear"]
-        .into_iter()
-        .find(|key| gguf.get(key).is_some())
-        .map(|key| gguf.get_f64(key))
-        .transpose()?;
-    Ok(match factor {
-        Some(factor) if factor != 0.0 && factor != 1.0 => RopeScaling::Linear { factor },
-        _ => RopeScaling::None,
-    })
+    let one = w.tracer().constant(1.0, w.ty.clone())?;
+    Ok(w.add(&one)?)
+}
+
+/// Why kiln refuses an attention soft-cap for Gemma 3.
+const ATTN_SOFTCAP_REFUSED: &str = "transformers 5.24 and llama.cpp do not apply it to Gemma 3 (Gemma 2 did), \
+    so kiln cannot tell what is meant; set it to null";
+
+/// Every layer slides but each `every`-th.
+fn pattern(blocks: usize, every: usize) -> Vec<bool> {
+    (0..blocks).map(|i| !(i + 1).is_multiple_of(every)).collect()
+}
+
+/// The global and local layers' rope, as `Gemma3TextConfig.convert_rope_params_to_dict`
+/// reads it: `rope_parameters.{full_attention, sliding_attention}` (5.x), or
+/// `rope_theta` (default 1e6) + `rope_scaling` for the global layers and
+/// `rope_local_base_freq` (default 1e4) for the local ones (4.x).
+fn rope(keys: &HfKeys<'_>) -> Result<(RopeConfig, RopeConfig)> {
+    config::partial_rotary_factor(keys)?;
+    let params = match keys.raw("rope_parameters") {
+        None => serde_json::Map::new(),
+        Some(serde_json::Value::Object(p)) => p.clone(),
+        Some(other) => return Err(keys.error("rope_parameters", other, "must be an object")),
+    };
+    if let Some(key) = params.keys().find(|k| !["full_attention", "sliding_attention"].contains(&k.as_str())) {
+        return Err(keys.error(
+            &format!("rope_parameters.{key}"),
+            &params[key],
+            "Gemma 3's rope_parameters has one entry per layer type: full_attention and sliding_attention",
+        ));
+    }
+    // 4.x rope_scaling updates the global layers' entry.
+    let mut full = params.get("full_attention").cloned().unwrap_or(serde_json::json!({}));
+    if let (Some(scaling), Some(full)) = (keys.raw("rope_scaling"), full.as_object_mut()) {
+        match scaling.as_object() {
+            Some(s) => full.extend(s.clone()),
+            None => return Err(keys.error("rope_scaling", scaling, "must be an object")),
+        }
+    }
+    let original = OriginalContext { top_level: None, max_position_embeddings: keys.get("max_position_embeddings")? };
+    let global_theta = keys.or("rope_theta", 1_000_000.0)?;
+    let local_theta = keys.or("rope_local_base_freq", LOCAL_ROPE_FREQ_BASE)?;
+    let global = config::rope_from_hf(keys, "rope_parameters.full_attention", Some(&full), global_theta, original)?;
+    let local = config::rope_from_hf(
+        keys,
+        "rope_parameters.sliding_attention",
+        params.get("sliding_attention"),
+        local_theta,
+        original,
+    )?;
+    Ok((global, local))
 }
 
 /// Grouped-query self-attention with RMS-normed queries and keys:
@@ -193,8 +441,8 @@ impl<'t> Attention<'t> {
             attn_q: w("attn_q", &[q_dim, hidden])?,
             attn_k: w("attn_k", &[k_dim, hidden])?,
             attn_v: w("attn_v", &[v_dim, hidden])?,
-            attn_q_norm: w("attn_q_norm", &[c.head_dim])?,
-            attn_k_norm: w("attn_k_norm", &[c.head_dim])?,
+            attn_q_norm: norm_weight(c, w("attn_q_norm", &[c.head_dim])?)?,
+            attn_k_norm: norm_weight(c, w("attn_k_norm", &[c.head_dim])?)?,
             attn_output: w("attn_output", &[hidden, c.head_count * c.value_length])?,
             head_count: c.head_count,
             head_count_kv: c.head_count_kv,
@@ -269,7 +517,9 @@ struct Block<'t> {
 
 impl<'t> Block<'t> {
     fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
-        let norm = |name: &str| weights.load(t, &format!("blk.{i}.{name}.weight"), &[c.embedding_length])?.f32();
+        let norm = |name: &str| {
+            norm_weight(c, weights.load(t, &format!("blk.{i}.{name}.weight"), &[c.embedding_length])?.f32()?)
+        };
         Ok(Block {
             attn_norm: norm("attn_norm")?,
             attn: Attention::load(t, weights, i, c)?,
@@ -316,6 +566,7 @@ impl<'t> Gemma3<'t> {
         let token_embd = weights.load(t, "token_embd.weight", &[vocab, hidden])?;
         let blocks = (0..c.block_count).map(|i| Block::load(t, weights, i, &c)).collect::<Result<Vec<_>>>()?;
         let (output_norm, output) = load_head(t, weights, &token_embd)?;
+        let output_norm = norm_weight(&c, output_norm)?;
         Ok(Gemma3 { tracer: t, config: c, token_embd, blocks, output_norm, output })
     }
 
@@ -346,7 +597,9 @@ impl<'t> Gemma3<'t> {
         let global = (global.at(positions)?, causal_mask(t, seq, kv_len, q_offset)?);
         let local = match c.sliding_window {
             Some(window) => Some((
-                Rope::new(c.head_dim, LOCAL_ROPE_FREQ_BASE, RopeStyle::NeoX).at(positions)?,
+                Rope::new(c.head_dim, c.local_rope_freq_base, RopeStyle::NeoX)
+                    .with_scaling(c.local_rope_scaling)
+                    .at(positions)?,
                 sliding_window_mask(t, seq, kv_len, q_offset, window)?,
             )),
             None => None,
@@ -593,6 +846,7 @@ mod tests {
             ("gemma3.attention.sliding_window", Meta::U32(2)),
             ("gemma3.attention.layer_norm_rms_epsilon", Meta::F32(1e-6)),
         ];
+        meta.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
         meta.extend(extra);
         gguf_bytes(&meta, &tensors)
     }
@@ -627,8 +881,114 @@ mod tests {
         assert!(e.contains("\"blk.1.post_ffw_norm.weight\" is missing"), "{e}");
         let e = err(tiny("gemma3", 2, Some("blk.0.attn_k_norm.weight"), vec![]));
         assert!(e.contains("\"blk.0.attn_k_norm.weight\" is missing"), "{e}");
-        let e = err(tiny("gemma3", 2, None, vec![("gemma3.rope.scaling.type", Meta::Str("yarn"))]));
-        assert!(e.contains("gemma3.rope.scaling.type is \"yarn\""), "{e}");
+        let refused = [
+            (vec![("gemma3.rope.scaling.type", Meta::Str("dynamic"))], "gemma3.rope.scaling.type = \"dynamic\""),
+            (
+                vec![
+                    ("gemma3.rope.scaling.type", Meta::Str("yarn")),
+                    ("gemma3.rope.scaling.factor", Meta::F32(4.0)),
+                    ("gemma3.rope.scaling.original_context_length", Meta::U32(64)),
+                ],
+                "gemma3.rope.scaling.type = \"yarn\": only linear",
+            ),
+            (vec![("gemma3.expert_count", Meta::U32(4))], "gemma3.expert_count = 4: mixture-of-experts"),
+            (vec![("gemma3.attn_logit_softcapping", Meta::F32(50.0))], "gemma3.attn_logit_softcapping = 50"),
+            (
+                vec![("gemma3.attention.layer_norm_rms_epsilon", Meta::F32(0.0))],
+                "layer_norm_rms_epsilon = 0: must be positive",
+            ),
+            (
+                vec![("gemma3.attention.head_count_kv", Meta::U32(3))],
+                "head_count_kv = 3: must divide the 4 query heads",
+            ),
+            (
+                vec![("gemma3.embedding_scale", Meta::F32(2.0))],
+                "gemma3.embedding_scale = 2: kiln does not know this key",
+            ),
+        ];
+        for (extra, needle) in refused {
+            let e = err(tiny("gemma3", 2, None, extra));
+            assert!(e.contains(needle), "'{e}' should contain '{needle}'");
+        }
+    }
+
+    /// HF configs as Google ships them (4.x keys, class defaults left
+    /// out) and as transformers 5 writes them read to the same model.
+    #[test]
+    fn config_from_hf() {
+        use serde_json::json;
+        let read = |config: serde_json::Value| {
+            Config::from_hf(&HfConfig::parse(&config.to_string()).unwrap()).map_err(|e| e.to_string())
+        };
+        // google/gemma-3-4b-it's config.json, vision_config shortened.
+        let gemma3_4b = json!({
+            "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+            "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+            "model_type": "gemma3",
+            "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                            "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                            "sliding_window": 1024},
+            "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+            "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}
+        });
+        let c = read(gemma3_4b.clone()).unwrap();
+        assert_eq!((c.block_count, c.embedding_length, c.feed_forward_length, c.vocab_size), (34, 2560, 10240, 262208));
+        assert_eq!((c.head_count, c.head_count_kv, c.head_dim, c.attention_scale), (8, 4, 256, 1.0 / 16.0));
+        assert_eq!((c.rope_freq_base, c.rope_scaling), (1e6, RopeScaling::Linear { factor: 8.0 }));
+        assert_eq!((c.local_rope_freq_base, c.local_rope_scaling), (1e4, RopeScaling::None));
+        assert_eq!(c.sliding_window, Some(1024));
+        let global: Vec<usize> = (0..c.block_count).filter(|&i| !c.is_sliding(i)).collect();
+        assert_eq!(global, [5, 11, 17, 23, 29]);
+        assert!(c.norm_adds_one);
+
+        // The same text model as transformers 5 writes it.
+        let layer_types: Vec<&str> =
+            (0..34).map(|i| if (i + 1) % 6 == 0 { "full_attention" } else { "sliding_attention" }).collect();
+        let v5 = json!({
+            "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 2560,
+            "intermediate_size": 10240, "num_hidden_layers": 34, "sliding_window": 1024, "layer_types": layer_types,
+            "_sliding_window_pattern": 6, "use_bidirectional_attention": false, "attn_logit_softcapping": null,
+            "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        });
+        assert_eq!(read(v5.clone()), Ok(c));
+
+        let edit = |mut config: serde_json::Value, key: &str, value: serde_json::Value| {
+            config[key] = value;
+            read(config).unwrap_err()
+        };
+        let refused = [
+            (
+                edit(v5.clone(), "layer_types", json!(["full_attention"])),
+                "layer_types = [\"full_attention\"]: must name 34 layers",
+            ),
+            (
+                edit(v5.clone(), "rope_parameters", json!({"rope_type": "default"})),
+                "rope_parameters.rope_type = \"default\": Gemma 3's rope_parameters has one entry per layer type",
+            ),
+            (
+                edit(v5.clone(), "hidden_activation", json!("gelu")),
+                "hidden_activation = \"gelu\": kiln supports only \"gelu_pytorch_tanh\"",
+            ),
+            (edit(v5.clone(), "use_bidirectional_attention", json!(true)), "use_bidirectional_attention = true"),
+            (edit(v5.clone(), "sliding_window", json!(null)), "sliding_window = null: kiln needs a window"),
+            (
+                edit(v5.clone(), "num_key_value_heads", json!(3)),
+                "num_key_value_heads = 3: must divide the 8 query heads",
+            ),
+            (edit(v5.clone(), "query_pre_attn_scalar", json!(0)), "query_pre_attn_scalar = 0.0: must be positive"),
+            (
+                edit(v5.clone(), "altup_num_inputs", json!(4)),
+                "altup_num_inputs = 4: kiln does not know this key for model_type gemma3_text",
+            ),
+            (
+                edit(gemma3_4b.clone(), "vision_soft_tokens", json!(4)),
+                "config.json: vision_soft_tokens = 4: kiln does not know this key for model_type gemma3",
+            ),
+        ];
+        for (e, needle) in refused {
+            assert!(e.contains(needle), "'{e}' should contain '{needle}'");
+        }
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!
 //! The front-ends ask for tensors by llama.cpp's GGUF names;
 //! [`SafetensorsWeights`] maps them to HF's through one table per family
-//! (the llama family's today: [`llama_hf_name`]) and declares each param
+//! ([`HfNames`]: llama's, Gemma 3's, and where a multimodal wrapper keeps
+//! its text model) and declares each param
 //! under its HF name, so `#flow.parameter.named<"model"::"model.layers.0.self_attn.q_proj.weight">`
 //! reads the safetensors file itself. Unlike GGUF, HF keeps Q/K rows in the
 //! `rotate_half` order, which [`crate::models::llama::Config::from_hf`]
@@ -19,6 +20,7 @@ use crate::trace::Tracer;
 use crate::weights::hf_config::HfConfig;
 use crate::weights::safetensors::{SafeTensors, ShardedSafeTensors, StDType, TensorView};
 use crate::weights::WeightsError;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The llama family's (llama, mistral) whole-model tensors: GGUF name, HF name.
@@ -48,18 +50,88 @@ const LLAMA_BLOCK_NAMES: [(&str, &str); 14] = [
     ("attn_k_norm.weight", "self_attn.k_norm.weight"),
 ];
 
+/// Gemma 3's per-block tensors. Its `post_attention_layernorm` norms the
+/// attention's output (GGUF `post_attention_norm`), not the feed-forward's
+/// input as llama's does; its whole-model tensors are llama's.
+const GEMMA3_BLOCK_NAMES: [(&str, &str); 13] = [
+    ("attn_norm.weight", "input_layernorm.weight"),
+    ("attn_q.weight", "self_attn.q_proj.weight"),
+    ("attn_k.weight", "self_attn.k_proj.weight"),
+    ("attn_v.weight", "self_attn.v_proj.weight"),
+    ("attn_output.weight", "self_attn.o_proj.weight"),
+    ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+    ("attn_k_norm.weight", "self_attn.k_norm.weight"),
+    ("post_attention_norm.weight", "post_attention_layernorm.weight"),
+    ("ffn_norm.weight", "pre_feedforward_layernorm.weight"),
+    ("post_ffw_norm.weight", "post_feedforward_layernorm.weight"),
+    ("ffn_gate.weight", "mlp.gate_proj.weight"),
+    ("ffn_up.weight", "mlp.up_proj.weight"),
+    ("ffn_down.weight", "mlp.down_proj.weight"),
+];
+
 /// The HF name of the llama-family tensor that GGUF calls `gguf`, if the
 /// tables have one.
 pub fn llama_hf_name(gguf: &str) -> Option<String> {
-    if let Some((_, hf)) = LLAMA_NAMES.iter().find(|(g, _)| *g == gguf) {
-        return Some(hf.to_string());
+    HfNames::LLAMA.hf_name(gguf)
+}
+
+/// Where a family's tensors are in an HF checkpoint: one name table, and
+/// the prefixes of the decoder and of the head (`model.` and `lm_head.weight`,
+/// or under `language_model.` in a multimodal wrapper).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HfNames {
+    /// The family, for messages.
+    pub family: &'static str,
+    block_names: &'static [(&'static str, &'static str)],
+    /// Before `embed_tokens.weight`, `norm.weight` and `layers.{i}.`.
+    pub body: &'static str,
+    /// The output head.
+    pub head: &'static str,
+}
+
+impl HfNames {
+    /// `LlamaForCausalLM` and its kin.
+    pub const LLAMA: HfNames =
+        HfNames { family: "llama", block_names: &LLAMA_BLOCK_NAMES, body: "model.", head: "lm_head.weight" };
+
+    /// Where `config`'s family keeps its tensors in `has`'s checkpoint. A
+    /// `Gemma3ForConditionalGeneration` keeps its text model under
+    /// `language_model.model.` (as transformers saves it) or
+    /// `model.language_model.` (its module tree); its vision tower is left
+    /// alone.
+    fn of(config: &HfConfig, has: impl Fn(&str) -> bool) -> HfNames {
+        match config.model_type.as_str() {
+            "gemma3_text" => HfNames { family: "gemma3", block_names: &GEMMA3_BLOCK_NAMES, ..Self::LLAMA },
+            "gemma3" => {
+                let body = ["language_model.model.", "model.language_model."]
+                    .into_iter()
+                    .find(|p| has(&format!("{p}embed_tokens.weight")))
+                    .unwrap_or("language_model.model.");
+                let head = ["language_model.lm_head.weight", "lm_head.weight"]
+                    .into_iter()
+                    .find(|h| has(h))
+                    .unwrap_or("lm_head.weight");
+                HfNames { family: "gemma3", block_names: &GEMMA3_BLOCK_NAMES, body, head }
+            }
+            _ => Self::LLAMA,
+        }
     }
-    let (block, suffix) = gguf.strip_prefix("blk.")?.split_once('.')?;
-    if block.is_empty() || !block.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+
+    /// The HF name of the tensor GGUF calls `gguf`, if the table has one.
+    pub fn hf_name(&self, gguf: &str) -> Option<String> {
+        if gguf == "output.weight" {
+            return Some(self.head.to_string());
+        }
+        if let Some((_, hf)) = LLAMA_NAMES.iter().find(|(g, _)| *g == gguf) {
+            return Some(format!("{}{}", self.body, hf.strip_prefix("model.").expect("the body's names start so")));
+        }
+        let (block, suffix) = gguf.strip_prefix("blk.")?.split_once('.')?;
+        if block.is_empty() || !block.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let (_, hf) = self.block_names.iter().find(|(g, _)| *g == suffix)?;
+        Some(format!("{}layers.{block}.{hf}", self.body))
     }
-    let (_, hf) = LLAMA_BLOCK_NAMES.iter().find(|(g, _)| *g == suffix)?;
-    Some(format!("model.layers.{block}.{hf}"))
 }
 
 /// The safetensors files of a checkpoint.
@@ -75,6 +147,8 @@ enum Files {
 pub struct HfCheckpoint {
     /// The parsed `config.json`.
     pub config: HfConfig,
+    /// Where the family's tensors are.
+    pub names: HfNames,
     files: Files,
 }
 
@@ -95,7 +169,12 @@ impl HfCheckpoint {
             }
             .into());
         };
-        Ok(HfCheckpoint { config, files })
+        let has = |name: &str| match &files {
+            Files::Single(file) => file.get(name).is_some(),
+            Files::Sharded { shards, .. } => shards.get(name).is_some(),
+        };
+        let names = HfNames::of(&config, has);
+        Ok(HfCheckpoint { config, names, files })
     }
 
     /// The tensor stored as `name` (an HF name).
@@ -151,7 +230,7 @@ impl<'c> SafetensorsWeights<'c> {
     /// otherwise fall back to the embedding, which only tied models mean.
     pub fn new(checkpoint: &'c HfCheckpoint) -> Result<Self> {
         let weights = SafetensorsWeights { checkpoint, cast: None };
-        if !checkpoint.config.tie_word_embeddings {
+        if !checkpoint.config.tie_word_embeddings() {
             weights.view("output.weight")?;
         }
         Ok(weights)
@@ -179,7 +258,9 @@ impl<'c> SafetensorsWeights<'c> {
 
     /// The stored tensor for the GGUF name `gguf`.
     fn view(&self, gguf: &str) -> Result<TensorView<'c>> {
-        let hf = llama_hf_name(gguf).ok_or_else(|| ModelError::NoHfName(gguf.to_string()))?;
+        let names = &self.checkpoint.names;
+        let hf =
+            names.hf_name(gguf).ok_or_else(|| ModelError::NoHfName { name: gguf.to_string(), family: names.family })?;
         self.checkpoint.get(&hf).ok_or_else(|| ModelError::MissingHfTensor { gguf: gguf.to_string(), hf })
     }
 }
@@ -201,7 +282,7 @@ impl Checkpoint for SafetensorsWeights<'_> {
     /// A tied checkpoint has no head of its own even when it stores
     /// `lm_head.weight`: transformers replaces it by the embedding.
     fn contains(&self, name: &str) -> bool {
-        if name == "output.weight" && self.checkpoint.config.tie_word_embeddings {
+        if name == "output.weight" && self.checkpoint.config.tie_word_embeddings() {
             return false;
         }
         self.view(name).is_ok()
@@ -218,6 +299,21 @@ impl Checkpoint for SafetensorsWeights<'_> {
     /// files ([`HfCheckpoint::files`]), and this is their index.
     fn path(&self) -> &Path {
         self.checkpoint.path()
+    }
+
+    /// Only the decoder's tensors and the head count: a wrapper's vision
+    /// tower is not exported; a tied checkpoint's stored `lm_head.weight`
+    /// and old checkpoints' `rotary_emb.inv_freq` buffers are ignored by
+    /// transformers too.
+    fn unused(&self, used: &BTreeSet<&str>) -> Option<String> {
+        let names = &self.checkpoint.names;
+        let model = |name: &str| name.starts_with(names.body) || name == names.head;
+        let ignored = |name: &str| {
+            (name == names.head && self.checkpoint.config.tie_word_embeddings())
+                || name.ends_with(".rotary_emb.inv_freq")
+        };
+        let tensors = self.checkpoint.shards().iter().flat_map(|file| file.tensors());
+        tensors.map(|t| t.name).find(|&n| model(n) && !ignored(n) && !used.contains(n)).map(str::to_string)
     }
 }
 

@@ -16,9 +16,12 @@
 //! Hugging Face checkpoints (`model_type` llama or mistral, read through
 //! [`super::hf`]) keep that layout and rotate halves ([`RopeStyle::NeoX`]).
 
+use super::config::{self, GgufKeys, HfKeys};
 use super::{load_head, merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
 use crate::graph::{DType, Graph, TensorType};
-use crate::trace::nn::{attention, causal_mask, Rope, RopeScaling, RopeStyle, Rotation};
+use crate::trace::nn::{
+    attention, causal_mask, sliding_window_mask, QueryOffset, Rope, RopeScaling, RopeStyle, Rotation,
+};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
 use crate::weights::hf_config::HfConfig;
@@ -55,43 +58,59 @@ pub struct Config {
     /// converter permuted Q/K rows for it), `(i, i + d/2)` in HF checkpoints
     /// and in GGUF qwen2/qwen3 (llama.cpp's `LLAMA_ROPE_TYPE_NEOX`).
     pub rope_style: RopeStyle,
-    /// Frequency scaling: GGUF `*.rope.scaling.type = linear`, or HF
-    /// `rope_scaling` (linear, Llama 3.1's `llama3`).
+    /// Frequency scaling: GGUF `*.rope.scaling.*` (linear, yarn), or HF
+    /// `rope_parameters` / `rope_scaling` (linear, llama3, yarn).
     pub rope_scaling: RopeScaling,
+    /// Sliding-window attention span, in tokens, on every layer (Mistral's
+    /// `sliding_window`; Qwen2/3 with `use_sliding_window` on every layer).
+    pub sliding_window: Option<usize>,
+    /// Qwen2: the q, k and v projections have biases.
+    pub qkv_bias: bool,
+    /// Qwen3: each query and key head is RMS-normed before RoPE.
+    pub qk_norm: bool,
     /// `general.architecture` or `model_type`: llama, mistral, qwen2, qwen3.
     pub architecture: String,
 }
 
 impl Config {
-    /// Reads the `llama.*` keys; refuses another architecture, and what
-    /// this front-end does not compute.
+    /// Reads the `{arch}.*` keys, each one used, listed as not changing
+    /// the forward pass, or refused ([`GgufKeys::finish`]).
     pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
-        let arch = gguf.get_str("general.architecture")?;
-        let rope_style = match arch {
+        let keys = GgufKeys::new(gguf)?;
+        let arch = keys.arch.clone();
+        let rope_style = match arch.as_str() {
             "llama" => RopeStyle::Interleaved,
             "qwen2" | "qwen3" => RopeStyle::NeoX,
-            _ => return Err(ModelError::UnknownArchitecture(arch.to_string())),
+            _ => return Err(ModelError::UnknownArchitecture(arch)),
         };
-        let key = |name: &str| format!("{arch}.{name}");
-        let int = |name: &str| gguf.get_u64(&key(name)).map(|v| v as usize);
-        let int_or = |name: &str, default: usize| if gguf.get(&key(name)).is_some() { int(name) } else { Ok(default) };
-        let float_or = |name: &str, default: f64| {
-            if gguf.get(&key(name)).is_some() {
-                gguf.get_f64(&key(name))
-            } else {
-                Ok(default)
+        keys.ignore(&["context_length"]);
+        config::refuse_experts(&keys)?;
+        let embedding_length = keys.count("embedding_length")?;
+        let head_count = keys.count("attention.head_count")?;
+        let head_count_kv = keys.int_or("attention.head_count_kv", head_count)?;
+        let head_dim = match keys.get("attention.key_length") {
+            Some(_) => keys.count("attention.key_length")?,
+            None if embedding_length.is_multiple_of(head_count) => embedding_length / head_count,
+            None => {
+                return Err(keys.error(
+                    "embedding_length",
+                    embedding_length,
+                    format!(
+                        "is not a multiple of {arch}.attention.head_count {head_count} (and no key_length is given)"
+                    ),
+                ))
             }
         };
-        let embedding_length = int("embedding_length")?;
-        let head_count = int("attention.head_count")?;
-        if head_count == 0 || (gguf.get(&key("attention.key_length")).is_none() && embedding_length % head_count != 0) {
-            return Err(ModelError::Config(format!(
-                "{arch}.embedding_length {embedding_length} is not a multiple of {arch}.attention.head_count {head_count}"
-            )));
+        let value_length = keys.int_or("attention.value_length", head_dim)?;
+        if value_length != head_dim {
+            return Err(keys.error(
+                "attention.value_length",
+                value_length,
+                format!("kiln needs the key length {head_dim}"),
+            ));
         }
-        let head_dim = int_or("attention.key_length", embedding_length / head_count)?;
-        let vocab_size = match gguf.get(&key("vocab_size")) {
-            Some(_) => int("vocab_size")?,
+        let vocab_size = match keys.get("vocab_size") {
+            Some(_) => keys.count("vocab_size")?,
             None => {
                 let embd = gguf
                     .tensor("token_embd.weight")
@@ -99,115 +118,156 @@ impl Config {
                 embd.shape()[0]
             }
         };
-        let rope_scaling = match gguf.get(&key("rope.scaling.type")).and_then(|v| v.as_str()) {
-            None | Some("none") => RopeScaling::None,
-            Some("linear") => RopeScaling::Linear { factor: gguf.get_f64(&key("rope.scaling.factor"))? },
-            Some(other) => {
-                return Err(ModelError::Config(format!("{arch}.rope.scaling.type \"{other}\" is not supported")))
-            }
-        };
-        let config = Config {
-            block_count: int("block_count")?,
-            embedding_length,
-            feed_forward_length: int("feed_forward_length")?,
-            head_count,
-            head_count_kv: int_or("attention.head_count_kv", head_count)?,
-            head_dim,
-            rope_dimension_count: int_or("rope.dimension_count", head_dim)?,
-            rope_freq_base: float_or("rope.freq_base", 10000.0)?,
-            rms_norm_eps: gguf.get_f64(&key("attention.layer_norm_rms_epsilon"))?,
-            vocab_size,
-            rope_style,
-            rope_scaling,
-            architecture: arch.to_string(),
-        };
-        if config.rope_dimension_count != head_dim {
-            return Err(ModelError::Config(format!(
-                "{arch}.rope.dimension_count {} != head dim {head_dim}: partial rotary embeddings are not supported",
-                config.rope_dimension_count
-            )));
-        }
-        Ok(config)
-    }
-
-    /// From a Hugging Face `config.json` with `model_type` llama or mistral.
-    /// What this front-end does not compute (rope scaling, partial rotary
-    /// embeddings, biases, a sliding window) is refused, never ignored.
-    pub fn from_hf(hf: &HfConfig) -> Result<Config> {
-        if !matches!(hf.model_type.as_str(), "llama" | "mistral" | "qwen2" | "qwen3") {
-            return Err(ModelError::UnknownModelType(hf.model_type.clone()));
-        }
-        let refuse = |what: String| Err(ModelError::Config(format!("config.json: {what}")));
-        let heads = hf.num_attention_heads;
-        if heads == 0 || (hf.head_dim.is_none() && !hf.hidden_size.is_multiple_of(heads)) {
-            return refuse(format!(
-                "hidden_size {} is not a multiple of num_attention_heads {heads} (and no head_dim is given)",
-                hf.hidden_size
+        let rope_dimension_count = keys.int_or("rope.dimension_count", head_dim)?;
+        if rope_dimension_count != head_dim {
+            return Err(keys.error(
+                "rope.dimension_count",
+                rope_dimension_count,
+                format!("partial rotary embeddings are not supported (kiln rotates the whole head of {head_dim})"),
             ));
         }
-        let rope_scaling = match &hf.rope_scaling {
-            None => RopeScaling::None,
-            Some(scaling) => match rope_scaling_from_hf(scaling) {
-                Some(scaling) => scaling,
-                None => {
-                    return refuse(format!("rope_scaling {scaling} is not supported (none, linear and llama3 are)"))
-                }
-            },
+        let config = Config {
+            block_count: keys.count("block_count")?,
+            embedding_length,
+            feed_forward_length: keys.count("feed_forward_length")?,
+            head_count,
+            head_count_kv,
+            head_dim,
+            rope_dimension_count,
+            rope_freq_base: keys.positive_f64("rope.freq_base", Some(10000.0))?,
+            rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
+            vocab_size,
+            rope_style,
+            rope_scaling: config::rope_from_gguf(&keys)?,
+            sliding_window: None,
+            qkv_bias: arch == "qwen2",
+            qk_norm: arch == "qwen3",
+            architecture: arch,
         };
-        if let Some(factor) = hf.extra.get("partial_rotary_factor").filter(|f| f.as_f64() != Some(1.0)) {
-            return refuse(format!("partial_rotary_factor {factor}: partial rotary embeddings are not supported"));
+        keys.finish()?;
+        config.check(|key, value, message| keys.error(key, value, message))
+    }
+
+    /// From a Hugging Face `config.json` with `model_type` llama, mistral,
+    /// qwen2 or qwen3. Every key is read ([`HfKeys`]): what this front-end
+    /// does not compute (partial rotary embeddings, MLP biases, another
+    /// activation, ...) is refused, never ignored.
+    pub fn from_hf(hf: &HfConfig) -> Result<Config> {
+        let model_type = hf.model_type.as_str();
+        if !matches!(model_type, "llama" | "mistral" | "qwen2" | "qwen3") {
+            return Err(ModelError::UnknownModelType { model_type: model_type.into(), architecture: String::new() });
         }
-        // Attention biases are loaded where the checkpoint has them (Qwen2).
-        if hf.extra.get("mlp_bias").and_then(|v| v.as_bool()) == Some(true) {
-            return refuse("mlp_bias is true: feed-forward projections without biases only".into());
-        }
-        if let Some(act) = hf.hidden_act.as_deref().filter(|&act| act != "silu") {
-            return refuse(format!("hidden_act \"{act}\" is not supported (llama's SwiGLU uses silu)"));
-        }
-        // Mistral 7B v0.1 attends over a 4096-token window; one at least as
-        // long as the model's context is no window at all.
-        if let Some(window) = hf.sliding_window {
-            if hf.max_position_embeddings.is_none_or(|max| window < max) {
-                return refuse(format!(
-                    "sliding_window {window} is not supported (attention here covers the whole context)"
-                ));
+        let keys = HfKeys::new("config.json", model_type, &hf.keys);
+        let hidden = keys.count("hidden_size")?;
+        let heads = keys.count("num_attention_heads")?;
+        let head_dim = match keys.get::<usize>("head_dim")? {
+            Some(d) => keys.positive("head_dim", d)?,
+            None if hidden.is_multiple_of(heads) => hidden / heads,
+            None => {
+                return Err(keys.error(
+                    "hidden_size",
+                    &hidden.into(),
+                    format!("is not a multiple of num_attention_heads {heads} (and no head_dim is given)"),
+                ))
             }
-        }
-        let head_dim = hf.head_dim();
-        Ok(Config {
-            block_count: hf.num_hidden_layers,
-            embedding_length: hf.hidden_size,
-            feed_forward_length: hf.intermediate_size,
+        };
+        let kv_heads = match keys.get::<usize>("num_key_value_heads")? {
+            Some(n) => keys.positive("num_key_value_heads", n)?,
+            None => heads,
+        };
+        // transformers 5.24's default theta for all four.
+        let rope = config::rope_of(&keys, 10_000.0)?;
+        keys.fixed("hidden_act", "\"silu\"", "llama's SwiGLU")?;
+        keys.fixed("mlp_bias", "false", "feed-forward projections without biases")?;
+        keys.fixed("pretraining_tp", "1", "a tensor-parallel split of the projections at training")?;
+        // Llama's and Qwen3's attention_bias puts biases on all four
+        // projections; Qwen2's q/k/v have biases whatever the config says.
+        keys.fixed("attention_bias", "false", "attention projections without biases (Qwen2's q/k/v biases aside)")?;
+        keys.ignore(&["max_position_embeddings"]);
+        // SmolLM2's nanotron leftovers, which transformers does not read.
+        keys.ignore(&["is_llama_config"]);
+        keys.fixed("rope_interleaved", "false", "transformers rotates halves whatever this says")?;
+        let sliding_window = match model_type {
+            "mistral" => keys.get("sliding_window")?,
+            "qwen2" | "qwen3" => qwen_sliding_window(&keys)?,
+            _ => None,
+        };
+        let config = Config {
+            block_count: keys.count("num_hidden_layers")?,
+            embedding_length: hidden,
+            feed_forward_length: keys.count("intermediate_size")?,
             head_count: heads,
-            head_count_kv: hf.num_key_value_heads(),
+            head_count_kv: kv_heads,
             head_dim,
             rope_dimension_count: head_dim,
-            rope_freq_base: hf.rope_theta,
-            rms_norm_eps: hf.rms_norm_eps,
-            vocab_size: hf.vocab_size,
+            rope_freq_base: rope.theta,
+            rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
+            vocab_size: keys.count("vocab_size")?,
             rope_style: RopeStyle::NeoX,
-            rope_scaling,
-            architecture: hf.model_type.clone(),
+            rope_scaling: rope.scaling,
+            sliding_window,
+            qkv_bias: model_type == "qwen2",
+            qk_norm: model_type == "qwen3",
+            architecture: model_type.to_string(),
+        };
+        // Read by SafetensorsWeights, through HfConfig::tie_word_embeddings.
+        keys.get::<bool>("tie_word_embeddings")?;
+        keys.finish()?;
+        config.check(|key, value: usize, message| {
+            let key = match key {
+                "attention.head_count_kv" => "num_key_value_heads",
+                "rope.dimension_count" => "head_dim",
+                other => other,
+            };
+            keys.error(key, &value.into(), message)
         })
+    }
+
+    /// What both sources must satisfy: kv heads dividing the heads, an even
+    /// head, a window of at least one token. `error(key, value, message)`
+    /// names the key in the source's own spelling.
+    fn check(self, error: impl Fn(&str, usize, String) -> ModelError) -> Result<Config> {
+        if self.head_count_kv == 0 || !self.head_count.is_multiple_of(self.head_count_kv) {
+            let message = format!("must divide the {} query heads", self.head_count);
+            return Err(error("attention.head_count_kv", self.head_count_kv, message));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(error("rope.dimension_count", self.head_dim, "rotary embeddings need an even head".into()));
+        }
+        if self.sliding_window == Some(0) {
+            return Err(error("sliding_window", 0, "must be positive".into()));
+        }
+        Ok(self)
     }
 }
 
-/// HF `rope_scaling` (`{"rope_type": "llama3", "factor": 8.0, ...}`, or
-/// `"type"` in older configs) as a [`RopeScaling`], if it is one kiln computes.
-fn rope_scaling_from_hf(scaling: &serde_json::Value) -> Option<RopeScaling> {
-    let field = |key: &str| scaling.get(key).and_then(|v| v.as_f64());
-    let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|v| v.as_str())?;
-    Some(match kind {
-        "default" => RopeScaling::None,
-        "linear" => RopeScaling::Linear { factor: field("factor")? },
-        "llama3" => RopeScaling::Llama3 {
-            factor: field("factor")?,
-            low_freq_factor: field("low_freq_factor")?,
-            high_freq_factor: field("high_freq_factor")?,
-            original_max_position_embeddings: field("original_max_position_embeddings")? as usize,
-        },
-        _ => return None,
-    })
+/// Qwen2/Qwen3's window: `sliding_window` only with `use_sliding_window`,
+/// on the layers `layer_types` says (5.x), or from `max_window_layers` on
+/// (4.x). kiln slides every layer or none.
+fn qwen_sliding_window(keys: &HfKeys<'_>) -> Result<Option<usize>> {
+    let window: Option<usize> = keys.get("sliding_window")?;
+    let max_window_layers: Option<usize> = keys.get("max_window_layers")?;
+    let layer_types: Option<Vec<String>> = keys.get("layer_types")?;
+    if !keys.or("use_sliding_window", false)? || window.is_none() {
+        return Ok(None);
+    }
+    let layers: usize = keys.required("num_hidden_layers")?;
+    let sliding: Vec<bool> = match layer_types {
+        Some(types) => types.iter().map(|t| t == "sliding_attention").collect(),
+        None => (0..layers).map(|i| i >= max_window_layers.unwrap_or(28)).collect(),
+    };
+    match (sliding.iter().all(|&s| s), sliding.iter().any(|&s| s)) {
+        (true, _) => Ok(window),
+        (false, false) => Ok(None),
+        (false, true) => Err(keys.error(
+            "layer_types",
+            &serde_json::json!(sliding
+                .iter()
+                .map(|&s| if s { "sliding_attention" } else { "full_attention" })
+                .collect::<Vec<_>>()),
+            "kiln slides every layer of a qwen model or none",
+        )),
+    }
 }
 
 /// Grouped-query self-attention:
@@ -233,11 +293,11 @@ impl<'t> Attention<'t> {
         let (hidden, q_dim, kv_dim) = (c.embedding_length, c.head_count * c.head_dim, c.head_count_kv * c.head_dim);
         let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
         let bias = |name: &str, len: usize| weights.load(t, &format!("blk.{i}.{name}.bias"), &[len])?.f32();
-        let bias = match weights.contains(&format!("blk.{i}.attn_q.bias")) {
+        let bias = match c.qkv_bias {
             true => Some([bias("attn_q", q_dim)?, bias("attn_k", kv_dim)?, bias("attn_v", kv_dim)?]),
             false => None,
         };
-        let qk_norm = match weights.contains(&format!("blk.{i}.attn_q_norm.weight")) {
+        let qk_norm = match c.qk_norm {
             true => Some([w("attn_q_norm", &[c.head_dim])?, w("attn_k_norm", &[c.head_dim])?]),
             false => None,
         };
@@ -383,8 +443,19 @@ impl<'t> Llama<'t> {
     /// attending causally within the sequence.
     pub fn forward(&self, tokens: &Tensor<'t>, positions: &Tensor<'t>) -> Result<Tensor<'t>> {
         let seq = tokens.ty.shape[0];
-        let mask = causal_mask(self.tracer, seq, seq, 0)?;
+        let mask = self.mask(seq, seq, 0.into())?;
         self.run_blocks(tokens, positions, &mask, None)
+    }
+
+    /// Causal, and within the window if the model slides one.
+    fn mask<'a>(&self, seq: usize, kv_len: usize, offset: QueryOffset<'a, 't>) -> Result<Tensor<'t>>
+    where
+        't: 'a,
+    {
+        Ok(match self.config.sliding_window {
+            Some(window) => sliding_window_mask(self.tracer, seq, kv_len, offset, window)?,
+            None => causal_mask(self.tracer, seq, kv_len, offset)?,
+        })
     }
 
     fn run_blocks(
@@ -423,7 +494,7 @@ impl<'t> Decoder<'t> for Llama<'t> {
     fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
         let seq = tokens.ty.shape[0];
         let positions = cache.positions(seq)?;
-        let mask = causal_mask(self.tracer, seq, cache.context(), &cache.start)?;
+        let mask = self.mask(seq, cache.context(), (&cache.start).into())?;
         self.run_blocks(tokens, &positions, &mask, Some(cache))
     }
 }
@@ -505,16 +576,18 @@ mod tests {
     /// 16) with seeded weights: norms F32, matrices Q8_0 (the Keep path),
     /// `output.weight` F32 unless tied.
     fn tiny(arch: &'static str, tied: bool, skip: &[&str]) -> Vec<u8> {
-        tiny_with(arch, tied, skip, vec![])
+        tiny_with(arch, tied, skip, vec![], vec![])
     }
 
-    /// [`tiny`] with `extra` tensors.
+    /// [`tiny`] with `extra` tensors, and `meta` keys replacing or added to its own.
     fn tiny_with(
         arch: &'static str,
         tied: bool,
         skip: &[&str],
         extra: Vec<(String, Vec<usize>, u32, Vec<u8>)>,
+        meta: Vec<(&'static str, Meta)>,
     ) -> Vec<u8> {
+        let extra_meta = meta;
         const Q8_0: u32 = 8;
         let (hidden, ff, vocab, heads, kv_heads, blocks) = (32, 64, 16, 4, 2, 2);
         let hd = hidden / heads;
@@ -580,6 +653,8 @@ mod tests {
         ];
         let mut meta = vec![("general.architecture", Meta::Str(arch))];
         meta.extend(keys.iter().map(String::as_str).zip(values));
+        meta.retain(|(k, _)| !extra_meta.iter().any(|(e, _)| e == k));
+        meta.extend(extra_meta);
         gguf_bytes(&meta, &tensors)
     }
 
@@ -737,47 +812,178 @@ mod tests {
             let config = crate::weights::hf_config::HfConfig::parse(&c.to_string()).unwrap();
             Family::from_hf(&config).map_err(|e| e.to_string())
         };
-        let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": null})) else { panic!("a llama config") };
+        let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": null, "torch_dtype": "bfloat16", "use_cache": true}))
+        else {
+            panic!("a llama config")
+        };
         assert_eq!((c.head_dim, c.head_count_kv, c.rope_style), (8, 2, RopeStyle::NeoX));
         assert_eq!((c.rope_freq_base, c.rms_norm_eps), (10000.0, 1e-6), "HF's defaults");
         assert!(hf(json!({"model_type": "mistral", "sliding_window": null})).is_ok());
+        let Ok(Family::Llama(c)) = hf(json!({"model_type": "mistral", "sliding_window": 4096})) else { panic!() };
+        assert_eq!(c.sliding_window, Some(4096));
         let Ok(Family::Llama(c)) = hf(json!({"head_dim": 16})) else { panic!("a llama config") };
         assert_eq!(c.head_dim, 16);
 
+        // transformers 4.x and 5.x spellings of the same rope.
         let llama3 = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                             "original_max_position_embeddings": 8192});
-        let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": llama3})) else { panic!("Llama 3.1 scaling") };
         let want = RopeScaling::Llama3 {
             factor: 8.0,
             low_freq_factor: 1.0,
             high_freq_factor: 4.0,
             original_max_position_embeddings: 8192,
         };
-        assert_eq!(c.rope_scaling, want);
+        let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": llama3, "rope_theta": 500000.0})) else { panic!() };
+        assert_eq!((c.rope_scaling, c.rope_freq_base), (want, 500000.0));
+        let mut v5 = llama3.clone();
+        v5["rope_theta"] = json!(500000.0);
+        let Ok(Family::Llama(c)) = hf(json!({"rope_parameters": v5})) else { panic!("5.x rope_parameters") };
+        assert_eq!((c.rope_scaling, c.rope_freq_base), (want, 500000.0), "the issue's wrong export");
         let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": {"type": "linear", "factor": 2.0}})) else { panic!() };
         assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 2.0 });
-        let Ok(Family::Llama(c)) = hf(json!({"model_type": "qwen2"})) else { panic!("a qwen2 config") };
-        assert_eq!(c.architecture, "qwen2");
+        let Ok(Family::Llama(c)) = hf(json!({"model_type": "qwen2", "max_position_embeddings": 4096,
+            "rope_scaling": {"type": "yarn", "factor": 4.0}}))
+        else {
+            panic!("Qwen2.5's yarn")
+        };
+        let yarn = RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position_embeddings: 4096,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            truncate: true,
+            attention_factor: 0.1 * 4f64.ln() + 1.0,
+        };
+        assert_eq!((c.architecture.as_str(), c.rope_scaling, c.qkv_bias), ("qwen2", yarn, true));
 
         let refused = [
-            (json!({"model_type": "gpt2"}), "unknown config.json model_type \"gpt2\""),
+            (json!({"model_type": "gpt2"}), "model_type \"gpt2\" (no architectures) is not supported; kiln exports llama"),
             (
-                json!({"rope_scaling": {"rope_type": "yarn", "factor": 8.0}}),
-                "rope_scaling {\"factor\":8.0,\"rope_type\":\"yarn\"} is not supported",
+                json!({"model_type": "gemma3n_text", "architectures": ["Gemma3nForCausalLM"], "intermediate_size": [8, 8]}),
+                "model_type \"gemma3n_text\" (architectures[0] \"Gemma3nForCausalLM\") is not supported",
             ),
-            (json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}), "is not supported"),
-            (json!({"partial_rotary_factor": 0.5}), "partial_rotary_factor 0.5"),
-            (json!({"mlp_bias": true}), "mlp_bias"),
-            (json!({"hidden_act": "gelu"}), "hidden_act \"gelu\""),
-            (json!({"model_type": "mistral", "sliding_window": 4096}), "sliding_window 4096"),
-            (json!({"hidden_size": 30}), "hidden_size 30 is not a multiple of num_attention_heads 4"),
+            (json!({"architectures": ["LlamaForSequenceClassification"]}), "(architectures[0] \"LlamaForSequenceClassification\")"),
+            (json!({"rope_scaling": {"rope_type": "dynamic", "factor": 8.0}}), "rope_scaling.rope_type = \"dynamic\": kiln implements the rope types default, linear, llama3, yarn"),
+            (json!({"rope_parameters": {"rope_type": "longrope"}}), "rope_parameters.rope_type = \"longrope\""),
+            (json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}), "rope_scaling.low_freq_factor is missing"),
+            (json!({"rope_scaling": {"rope_type": "linear", "factor": 2.0, "beta_fast": 3}}), "rope_scaling.beta_fast = 3: not a parameter of rope_type linear"),
+            (json!({"rope_scaling": {"rope_type": "linear", "factor": -2.0}}), "rope_scaling.factor = -2.0: must be positive"),
+            (json!({"partial_rotary_factor": 0.5}), "partial_rotary_factor = 0.5: kiln rotates whole heads only"),
+            (json!({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.25}}), "rope_parameters.partial_rotary_factor = 0.25"),
+            (json!({"mlp_bias": true}), "mlp_bias = true: kiln supports only false"),
+            (json!({"attention_bias": true}), "attention_bias = true"),
+            (json!({"hidden_act": "gelu"}), "hidden_act = \"gelu\": kiln supports only \"silu\""),
+            (json!({"hidden_size": 30}), "hidden_size = 30: is not a multiple of num_attention_heads 4"),
+            (json!({"num_attention_heads": 0}), "num_attention_heads = 0: must be positive"),
+            (json!({"num_key_value_heads": 3}), "num_key_value_heads = 3: must divide the 4 query heads"),
+            (json!({"rms_norm_eps": -1.0}), "rms_norm_eps = -1.0: must be positive and finite"),
+            (json!({"rms_norm_eps": 0}), "rms_norm_eps = 0.0: must be positive"),
+            (json!({"rope_theta": 0.5}), "rope_theta = 0.5: must be greater than 1"),
+            (json!({"vocab_size": "many"}), "vocab_size = \"many\": invalid type: string \"many\", expected usize"),
+            (json!({"rope_interleaved": true}), "rope_interleaved = true"),
+            (json!({"is_encoder_decoder": true}), "is_encoder_decoder = true"),
+            (json!({"num_experts": 8}), "num_experts = 8: kiln does not know this key for model_type llama"),
+            (json!({"quantization_config": {"quant_method": "gptq"}}), "quantization_config = {\"quant_method\":\"gptq\"}: kiln does not know"),
+            (json!({"model_type": "qwen2", "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 1}),
+             "layer_types = [\"full_attention\",\"sliding_attention\"]: kiln slides every layer of a qwen model or none"),
         ];
         for (extra, needle) in refused {
             let e = hf(extra.clone()).expect_err("refused");
             assert!(e.contains(needle), "{extra}: '{e}' should contain '{needle}'");
         }
-        // A window that covers every position is no window.
-        assert!(hf(json!({"sliding_window": 4096, "max_position_embeddings": 4096})).is_ok());
+        // Unknown keys are fine when null; known no-effect keys whatever their value.
+        assert!(hf(json!({"num_experts": null, "initializer_range": 0.5, "max_length": 20})).is_ok());
+        // SmolLM2-135M-Instruct's own config.json.
+        let smollm2 = json!({
+            "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+            "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 576,
+            "initializer_range": 0.041666666666666664, "intermediate_size": 1536, "is_llama_config": true,
+            "max_position_embeddings": 8192, "model_type": "llama", "num_attention_heads": 9,
+            "num_hidden_layers": 30, "num_key_value_heads": 3, "pad_token_id": 2, "pretraining_tp": 1,
+            "rms_norm_eps": 1e-05, "rope_interleaved": false, "rope_scaling": null, "rope_theta": 100000,
+            "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.42.3",
+            "transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16", "fp16": "float16"}},
+            "use_cache": true, "vocab_size": 49152
+        });
+        let Ok(Family::Llama(c)) = hf(smollm2) else { panic!("SmolLM2's config") };
+        assert_eq!((c.head_count, c.head_count_kv, c.head_dim, c.rope_freq_base), (9, 3, 64, 100000.0));
+        // Qwen with a window on every layer, or with the window off.
+        let Ok(Family::Llama(c)) =
+            hf(json!({"model_type": "qwen2", "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 0}))
+        else {
+            panic!()
+        };
+        assert_eq!(c.sliding_window, Some(8));
+        let Ok(Family::Llama(c)) = hf(
+            json!({"model_type": "qwen3", "sliding_window": 8, "layer_types": ["sliding_attention", "sliding_attention"]}),
+        ) else {
+            panic!()
+        };
+        assert_eq!((c.sliding_window, c.qk_norm), (None, true), "use_sliding_window is false");
+    }
+
+    /// A tensor the front-end does not read (llama.cpp's optional output
+    /// bias) stops the export rather than being left out.
+    #[test]
+    fn unused_tensors_are_refused() {
+        let bias = vec![("blk.1.attn_output.bias".to_string(), vec![32], 0, vec![0; 4 * 32])];
+        let gguf = Gguf::parse(tiny_with("llama", false, &[], bias, vec![])).unwrap();
+        let family = Family::from_gguf(&gguf).unwrap();
+        let e = crate::models::Serving::new(&family, &keep(&gguf), 8).err().expect("refused").to_string();
+        assert!(
+            e.contains(
+                "tensor \"blk.1.attn_output.bias\" is in the checkpoint but kiln's llama front-end does not use it"
+            ),
+            "{e}"
+        );
+        let plain = Gguf::parse(tiny("llama", false, &[])).unwrap();
+        assert!(crate::models::Serving::new(&Family::from_gguf(&plain).unwrap(), &keep(&plain), 8).is_ok());
+    }
+
+    /// The GGUF cases of issue 15: keys kiln does not compute are refused.
+    #[test]
+    fn gguf_keys_are_read_or_refused() {
+        let with = |meta: Vec<(&'static str, Meta)>| {
+            let bytes = tiny_with("llama", true, &[], vec![], meta);
+            Config::from_gguf(&Gguf::parse(bytes).unwrap()).map_err(|e| e.to_string())
+        };
+        assert!(with(vec![("llama.context_length", Meta::U32(8192))]).is_ok());
+        let refused = [
+            (
+                vec![("llama.expert_count", Meta::U32(8)), ("llama.expert_used_count", Meta::U32(2))],
+                "GGUF metadata: llama.expert_count = 8: mixture-of-experts models are not supported yet",
+            ),
+            (
+                vec![("llama.attention.layer_norm_rms_epsilon", Meta::F32(-1.0))],
+                "llama.attention.layer_norm_rms_epsilon = -1: must be positive and finite",
+            ),
+            (vec![("llama.attention.layer_norm_rms_epsilon", Meta::F32(f32::NAN))], "= NaN: must be positive"),
+            (vec![("llama.attention.head_count", Meta::U32(0))], "llama.attention.head_count = 0: must be positive"),
+            (vec![("llama.attention.head_count_kv", Meta::U32(3))], "head_count_kv = 3: must divide the 4 query heads"),
+            (vec![("llama.rope.dimension_count", Meta::U32(4))], "llama.rope.dimension_count = 4: partial rotary"),
+            (vec![("llama.rope.scaling.type", Meta::Str("longrope"))], "llama.rope.scaling.type = \"longrope\""),
+            (vec![("llama.logit_scale", Meta::F32(0.5))], "llama.logit_scale = 0.5: kiln does not know this key"),
+        ];
+        for (extra, needle) in refused {
+            let e = with(extra).expect_err("refused");
+            assert!(e.contains(needle), "'{e}' should contain '{needle}'");
+        }
+        // GGUF yarn (llama.cpp's keys) is HF's yarn with its defaults.
+        let c = with(vec![
+            ("llama.rope.scaling.type", Meta::Str("yarn")),
+            ("llama.rope.scaling.factor", Meta::F32(4.0)),
+            ("llama.rope.scaling.original_context_length", Meta::U32(4096)),
+        ])
+        .unwrap();
+        let yarn = RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position_embeddings: 4096,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            truncate: true,
+            attention_factor: 0.1 * 4f64.ln() + 1.0,
+        };
+        assert_eq!(c.rope_scaling, yarn);
     }
 
     /// Qwen2's projection biases and Qwen3's per-head q/k norms are params
@@ -804,8 +1010,13 @@ mod tests {
         let biases: Vec<String> =
             (0..2).flat_map(|i| ["attn_q", "attn_k", "attn_v"].map(|n| format!("blk.{i}.{n}.bias"))).collect();
         let biases: Vec<&str> = biases.iter().map(String::as_str).collect();
+        // The same blocks without biases: qwen2 always has them, so as llama.
         let no_bias = Gguf::parse(tiny("qwen2", true, &biases)).unwrap();
-        assert_ne!(logits(&qwen2), logits(&no_bias), "the biases count");
+        let mut config = Config::from_gguf(&no_bias).unwrap();
+        config.qkv_bias = false;
+        let graph = super::prefill(&config, &keep(&no_bias), 4).unwrap();
+        let plain = interp::run(&graph, &[tokens(&[1, 5, 9, 3])], &keep(&no_bias)).unwrap().remove(0).to_f64_vec();
+        assert_ne!(logits(&qwen2), plain, "the biases count");
     }
 
     /// A Llama 3.1 GGUF's `rope_freqs.weight` (llama.cpp's converter writes
@@ -824,7 +1035,8 @@ mod tests {
         assert!(divisors[0] == 1.0 && divisors[3] == 8.0 && divisors[1] > 1.0, "{divisors:?}: every branch is taken");
         let bytes = divisors.iter().flat_map(|d| d.to_le_bytes()).collect();
         let with =
-            Gguf::parse(tiny_with("llama", true, &[], vec![(ROPE_FREQS.into(), vec![hd / 2], 0, bytes)])).unwrap();
+            Gguf::parse(tiny_with("llama", true, &[], vec![(ROPE_FREQS.into(), vec![hd / 2], 0, bytes)], vec![]))
+                .unwrap();
         let plain = Gguf::parse(tiny("llama", true, &[])).unwrap();
         let ids = [1, 5, 9, 3, 7, 2, 11, 4, 6, 0, 13, 8];
         let logits = |config: &Config, gguf: &Gguf<Vec<u8>>| {
@@ -841,7 +1053,7 @@ mod tests {
         assert!(diff < 1e-4 && effect > 1e4 * diff, "{diff:e} {effect:e}");
 
         let wrong = vec![(ROPE_FREQS.into(), vec![hd], 0, vec![0; 4 * hd])];
-        let wrong = Gguf::parse(tiny_with("llama", true, &[], wrong)).unwrap();
+        let wrong = Gguf::parse(tiny_with("llama", true, &[], wrong, vec![])).unwrap();
         let e = prefill(&keep(&wrong), 4).unwrap_err().to_string();
         assert!(e.contains(ROPE_FREQS), "{e}");
     }

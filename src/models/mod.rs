@@ -8,6 +8,7 @@
 //! checkpoints are read through [`hf`].
 
 mod cache;
+pub mod config;
 pub mod gemma3;
 pub mod hf;
 pub mod llama;
@@ -24,6 +25,7 @@ use crate::weights::gguf::{Gguf, GgufTensor};
 use crate::weights::hf_config::HfConfig;
 use crate::weights::safetensors::StDType;
 use crate::weights::WeightsError;
+use std::collections::BTreeSet;
 use std::path::Path;
 use thiserror::Error;
 
@@ -67,9 +69,36 @@ pub enum ModelError {
     /// The GGUF's `general.architecture` is not a supported family.
     #[error("unknown general.architecture \"{0}\" (supported: llama, qwen2, qwen3, gemma3)")]
     UnknownArchitecture(String),
-    /// The HF `config.json`'s `model_type` is not a supported family.
-    #[error("unknown config.json model_type \"{0}\" (supported: llama, mistral, qwen2, qwen3)")]
-    UnknownModelType(String),
+    /// The HF `config.json`'s `model_type` or `architectures[0]` is not a
+    /// supported family or model class.
+    #[error("config.json: model_type \"{model_type}\" ({architecture}) is not supported; kiln exports {}", SUPPORTED_HF.iter().map(|(t, a)| format!("{t} ({a})")).collect::<Vec<_>>().join(", "))]
+    UnknownModelType {
+        /// `model_type`.
+        model_type: String,
+        /// `architectures[0]`, or a note that there is none.
+        architecture: String,
+    },
+    /// A config key (config.json or GGUF metadata) with a value kiln does
+    /// not compute, out of range, or unknown.
+    #[error("{file}: {key} = {value}: {message}")]
+    ConfigKey {
+        /// `config.json` or `GGUF metadata`.
+        file: String,
+        /// The key, dotted into nested objects (`rope_parameters.rope_type`).
+        key: String,
+        /// Its value as written.
+        value: String,
+        /// What is wrong, and what kiln supports.
+        message: String,
+    },
+    /// A config key that kiln needs is absent.
+    #[error("{file}: {key} is missing")]
+    MissingConfigKey {
+        /// `config.json` or `GGUF metadata`.
+        file: String,
+        /// The key.
+        key: String,
+    },
     /// A quantized tensor under [`PackedPolicy::Fail`].
     #[error("tensor \"{name}\" is packed as {ty}: choose `--packed dequantize` (dense f32/f16/bf16 params, written to an archive at export) or `--packed keep` (the checkpoint's raw blocks, dequantized inside the graph)")]
     Packed {
@@ -93,8 +122,13 @@ pub enum ModelError {
         hf: String,
     },
     /// A GGUF tensor name with no HF counterpart in the mapping table.
-    #[error("tensor \"{0}\" has no Hugging Face name in the llama family's table")]
-    NoHfName(String),
+    #[error("tensor \"{name}\" has no Hugging Face name in the {family} family's table")]
+    NoHfName {
+        /// The GGUF name asked for.
+        name: String,
+        /// The family whose table was searched.
+        family: &'static str,
+    },
     /// A safetensors tensor whose dtype cannot be a param.
     #[error("tensor \"{name}\" is stored as {dtype}; safetensors params must be F32, F16 or BF16")]
     UnsupportedDType {
@@ -110,6 +144,14 @@ pub enum ModelError {
         name: String,
         /// Its ggml type.
         ty: GgmlType,
+    },
+    /// A checkpoint tensor the front-end has no use for.
+    #[error("tensor \"{name}\" is in the checkpoint but kiln's {family} front-end does not use it: the model has a part kiln does not compute")]
+    UnusedTensor {
+        /// The tensor's name in the file.
+        name: String,
+        /// The family read.
+        family: String,
     },
     /// A tensor's shape differs from the one the config implies.
     #[error("tensor \"{name}\" has shape {found:?}, the config needs {expected:?}")]
@@ -128,6 +170,17 @@ pub enum ModelError {
 
 /// This module's result type.
 pub type Result<T> = std::result::Result<T, ModelError>;
+
+/// The HF `model_type`s kiln exports, with their model classes
+/// (`architectures[0]`).
+pub const SUPPORTED_HF: &[(&str, &str)] = &[
+    ("llama", "LlamaForCausalLM"),
+    ("mistral", "MistralForCausalLM"),
+    ("qwen2", "Qwen2ForCausalLM"),
+    ("qwen3", "Qwen3ForCausalLM"),
+    ("gemma3_text", "Gemma3ForCausalLM"),
+    ("gemma3", "Gemma3ForConditionalGeneration, text only"),
+];
 
 /// A checkpoint as the front-ends see it. Tensors are asked for by
 /// llama.cpp's GGUF names (`blk.0.attn_q.weight`); a source with other
@@ -149,6 +202,13 @@ pub trait Checkpoint: ParamSource {
 
     /// The file that `#flow.parameter.named` keys of copied params refer to.
     fn path(&self) -> &Path;
+
+    /// A stored tensor of the model that is not among `used` (the params
+    /// the front-end declared, by their names in the file): a part of the
+    /// model kiln would leave out. Parts that are not the decoder's (a
+    /// vision tower) or that the reference implementation ignores too (a
+    /// tied checkpoint's stored head) do not count.
+    fn unused(&self, used: &BTreeSet<&str>) -> Option<String>;
 }
 
 /// `cast` if it is a float dtype a dense param can be declared as.
@@ -264,6 +324,10 @@ impl<D: AsRef<[u8]>> Checkpoint for GgufWeights<'_, D> {
     fn path(&self) -> &Path {
         self.gguf.path()
     }
+
+    fn unused(&self, used: &BTreeSet<&str>) -> Option<String> {
+        self.gguf.tensors().map(|t| t.name).find(|name| !used.contains(name)).map(str::to_string)
+    }
 }
 
 /// A checkpoint tensor declared as a param: the raw value as declared, with
@@ -349,11 +413,25 @@ impl Family {
         }
     }
 
-    /// From a Hugging Face `config.json`'s `model_type` and keys.
+    /// From a Hugging Face `config.json`'s `model_type`, `architectures` and
+    /// keys, every one of which is read or refused ([`config::HfKeys`]).
     pub fn from_hf(config: &HfConfig) -> Result<Family> {
+        let unknown = || ModelError::UnknownModelType {
+            model_type: config.model_type.clone(),
+            architecture: match config.architectures.first() {
+                Some(a) => format!("architectures[0] \"{a}\""),
+                None => "no architectures".into(),
+            },
+        };
+        let class = SUPPORTED_HF.iter().find(|(t, _)| *t == config.model_type).ok_or_else(unknown)?.1;
+        // A head other than the causal LM's (`LlamaForSequenceClassification`) is another model.
+        if config.architectures.first().is_some_and(|a| class.split(',').next() != Some(a.as_str())) {
+            return Err(unknown());
+        }
         match config.model_type.as_str() {
             "llama" | "mistral" | "qwen2" | "qwen3" => Ok(Family::Llama(llama::Config::from_hf(config)?)),
-            other => Err(ModelError::UnknownModelType(other.to_string())),
+            "gemma3_text" | "gemma3" => Ok(Family::Gemma3(gemma3::Config::from_hf(config)?)),
+            _ => Err(unknown()),
         }
     }
 
@@ -439,10 +517,15 @@ pub struct Serving {
 }
 
 impl Serving {
-    /// Traces the four graphs of `family` over `weights`.
+    /// Traces the four graphs of `family` over `weights`, every tensor of
+    /// the model used ([`Checkpoint::unused`]).
     pub fn new(family: &Family, weights: &dyn Checkpoint, max_context: usize) -> Result<Serving> {
         let [prefill, decode]: [Graph; 2] =
             entry_points(family, weights, max_context, 1)?.try_into().expect("two entry points");
+        let used: BTreeSet<&str> = prefill.params().map(|(_, name, _)| name).collect();
+        if let Some(name) = weights.unused(&used) {
+            return Err(ModelError::UnusedTensor { name, family: family.name().to_string() });
+        }
         let vocab = prefill.node(prefill.outputs()[0]).ty.shape[2];
         Ok(Serving {
             prefill,

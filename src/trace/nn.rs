@@ -363,6 +363,27 @@ pub enum RopeScaling {
         /// The context length the model was trained at.
         original_max_position_embeddings: usize,
     },
+    /// YaRN (Peng et al., <https://arxiv.org/abs/2309.00071>): frequencies
+    /// that turn fewer than `beta_slow` times over the original context are
+    /// divided by `factor`, those turning more than `beta_fast` times are
+    /// kept, a linear ramp over the dims between; cos and sin are then
+    /// multiplied by `attention_factor` (HF `_compute_yarn_parameters`,
+    /// llama.cpp `rope_yarn`).
+    Yarn {
+        /// The divisor of the low frequencies.
+        factor: f64,
+        /// The context length the model was trained at.
+        original_max_position_embeddings: usize,
+        /// Rotations over the original context above which a frequency is kept (32).
+        beta_fast: f64,
+        /// Rotations below which it is fully divided (1).
+        beta_slow: f64,
+        /// Whether the ramp's ends are rounded out to whole dims (HF's default, llama.cpp's only way).
+        truncate: bool,
+        /// What cos and sin are multiplied by (HF's `attention_factor`,
+        /// llama.cpp's `mscale`): `0.1 ln(factor) + 1` unless the config says.
+        attention_factor: f64,
+    },
 }
 
 impl RopeScaling {
@@ -390,8 +411,38 @@ impl RopeScaling {
                         _ => (1.0 / ((1.0 - smooth) / factor + smooth)) as f32,
                     }
                 }
+                RopeScaling::Yarn { factor, .. } => {
+                    let ramp = self
+                        .yarn_ramp(head_dim, base)
+                        .map_or(0.0, |(low, high)| ((i as f64 - low) / (high - low)).clamp(0.0, 1.0));
+                    // inv_freq · (ramp / factor + 1 - ramp) = inv_freq / divisor
+                    (1.0 / (ramp / factor + 1.0 - ramp)) as f32
+                }
             })
             .collect()
+    }
+
+    /// YaRN's ramp over the frequency indices `i` of a `head_dim` head of
+    /// base `base`: `(low, high)`, the ramp being `clamp((i - low) / (high -
+    /// low), 0, 1)` (1: divided by the factor, 0: kept); HF
+    /// `find_correction_range`, `linear_ramp_factor`.
+    fn yarn_ramp(&self, head_dim: usize, base: f64) -> Option<(f64, f64)> {
+        let RopeScaling::Yarn { original_max_position_embeddings, beta_fast, beta_slow, truncate, .. } = *self else {
+            return None;
+        };
+        let dim = head_dim as f64;
+        let old_len = original_max_position_embeddings as f64;
+        // The dim whose frequency turns `rotations` times over the original context.
+        let correction_dim = |rotations: f64| dim * (old_len / (rotations * 2.0 * PI)).ln() / (2.0 * base.ln());
+        let (mut low, mut high) = (correction_dim(beta_fast), correction_dim(beta_slow));
+        if truncate {
+            (low, high) = (low.floor(), high.ceil());
+        }
+        let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
+        if low == high {
+            high += 0.001; // HF: prevents a singularity
+        }
+        Some((low, high))
     }
 }
 
@@ -449,6 +500,11 @@ impl Rope {
             {
                 fail("rope", format!("llama3 scaling needs factor > 0 and 0 < low_freq_factor < high_freq_factor, found {factor}, {low}, {high}"))
             }
+            RopeScaling::Yarn { factor, original_max_position_embeddings: len, beta_fast, beta_slow, attention_factor, .. }
+                if !(factor > 0.0 && len > 0 && beta_slow > 0.0 && beta_fast > 0.0 && attention_factor > 0.0) =>
+            {
+                fail("rope", format!("yarn scaling needs positive factor, original context, betas and attention factor, found {factor}, {len}, {beta_fast}, {beta_slow}, {attention_factor}"))
+            }
             _ => Ok(()),
         }
     }
@@ -482,6 +538,14 @@ impl Rope {
                 let is_low = wavelen.compare(Cmp::Gt, &c(old_len / low)?)?;
                 is_high.select(&inv_freq, &is_low.select(&scaled, &blended)?)
             }
+            RopeScaling::Yarn { factor, .. } => {
+                let (low, high) = self.scaling.yarn_ramp(d, self.freq_base).expect("the scaling is yarn");
+                // ramp = clamp((i - low) / (high - low), 0, 1); inv_freq · (1 - ramp) + inv_freq / factor · ramp.
+                let ramp = i.subtract(&c(low)?)?.divide(&c(high - low)?)?;
+                let ramp = ramp.clamp(&c(0.0)?, &c(1.0)?)?;
+                let kept = inv_freq.multiply(&c(1.0)?.subtract(&ramp)?)?;
+                kept.add(&inv_freq.divide(&c(factor)?)?.multiply(&ramp)?)
+            }
         }
     }
 
@@ -512,6 +576,10 @@ impl Rope {
         let p = positions.convert(DType::F32)?.broadcast_in_dim(&grid, &[0])?;
         let theta = p.multiply(&inv_freq.broadcast_in_dim(&grid, &[1])?)?;
         let (sin, cos) = sin_cos(&theta)?;
+        if let RopeScaling::Yarn { attention_factor, .. } = self.scaling {
+            let factor = splat(&cos, attention_factor)?;
+            return Ok(Rotation { cos: cos.multiply(&factor)?, sin: sin.multiply(&factor)?, style: self.style });
+        }
         Ok(Rotation { cos, sin, style: self.style })
     }
 }

