@@ -131,22 +131,14 @@ echo "$src_sum"
 rm -rf "$bench/out-gemma3-4.5b-archive-f32"
 
 echo
-echo "== iree-compile of the 1B synthetic export (reference params, llvm-cpu) =="
-/usr/bin/time -f 'iree-compile: wall %e s, peak RSS %M KB' .venv/bin/iree-compile \
-  --iree-input-type=stablehlo --iree-hal-target-device=local \
-  --iree-hal-local-target-device-backends=llvm-cpu --iree-llvmcpu-target-cpu=host \
-  "$bench/out-llama-1b-reference/model.mlir" -o "$bench/llama-1b.vmfb"
+echo "== kiln compile (iree::COMPILE_FLAGS) of the synthetic 1B and 8B exports (reference params, packed keep) =="
+for name in llama-1b llama3-8b; do
+  /usr/bin/time -f "$name: wall %e s, peak RSS %M KB" "$kiln" compile "$bench/out-$name-reference" > /dev/null \
+    || echo "$name: kiln compile FAILED"
+  rm -f "$bench/out-$name-reference/model.vmfb"
+done
 
 echo
-echo "== decode through IREE: SmolLM2 reference export, generate with 1 and 17 new tokens (median of 3) =="
-"$kiln" export "$smollm2" -o "$bench/out-smollm2-run" --packed keep --max-context 64 > /dev/null
-/usr/bin/time -f 'kiln compile: wall %e s, peak RSS %M KB' "$kiln" compile "$bench/out-smollm2-run"
-run_secs() {
-  for _ in 1 2 3; do
-    "$kiln" run "$bench/out-smollm2-run" --prompt "The capital of France is" --max-new-tokens "$1" 2>&1 >/dev/null \
-      | sed -n 's/.* in \([0-9.]*\) s .*/\1/p'
-  done | median
-}
-one=$(run_secs 1)
-many=$(run_secs 17)
-echo "generate 1 token: $one s, 17 tokens: $many s -> decode $(echo "16/($many-$one)" | bc -l | cut -c1-5) tokens/s"
+echo "== serving: kiln's exports through IREE next to llama.cpp on the same GGUF, same run (scripts/bench_serving.py) =="
+scripts/bench-venv.sh
+build/bench-venv/bin/python scripts/bench_serving.py smollm2="$smollm2" gemma3-270m="$gemma3"
