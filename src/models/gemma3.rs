@@ -19,6 +19,11 @@
 //! - What the metadata leaves out, llama.cpp hard-codes and so do we: five
 //!   local layers then one global ([`SLIDING_WINDOW_PATTERN`]), local
 //!   layers' rope base 10000 without scaling, and the attention scale.
+//!
+//! HF checkpoints ([`Config::from_hf`], names mapped by [`super::hf`])
+//! store the norms' `w`, so their weights become `1 + w` at load
+//! ([`Config::norm_adds_one`]); `config.json` says the rest
+//! (`query_pre_attn_scalar`, `layer_types`, each layer type's rope).
 
 use super::config::{self, GgufKeys, HfKeys, OriginalContext, RopeConfig};
 use super::{load_head, merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
