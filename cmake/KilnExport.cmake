@@ -20,7 +20,8 @@
 #                            .venv/bin (`make setup`; PyPI iree-base-compiler).
 #   KILN_IREE_COMPILE_FLAGS  what kiln_compile passes to iree-compile before
 #                            FLAGS: StableHLO input, llvm-cpu for this host's
-#                            CPU (the flags of `kiln compile`, src/iree.rs).
+#                            CPU at O3 with data tiling (the flags of `kiln
+#                            compile`, src/iree.rs).
 #
 # kiln_export(NAME <name> MODEL <checkpoint>
 #             [PARAMS reference|archive|inline] [PACKED fail|dequantize|keep]
@@ -114,6 +115,8 @@ set(KILN_IREE_COMPILE_FLAGS
   "--iree-hal-target-device=local"
   "--iree-hal-local-target-device-backends=llvm-cpu"
   "--iree-llvmcpu-target-cpu=host"
+  "--iree-opt-level=O3"
+  "--iree-opt-data-tiling"
   CACHE STRING "iree-compile flags of kiln_compile, before its FLAGS (a ;-list)")
 unset(_kiln_repo)
 

@@ -49,12 +49,17 @@ pub enum IreeError {
     },
 }
 
-/// Flags that make `iree-compile` read StableHLO and target this host's CPU.
+/// Flags that make `iree-compile` read StableHLO and target this host's CPU,
+/// optimized. iree-compile's default level is O0; measured on SmolLM2-135M
+/// Q4_1 (`--packed keep`, 2 cores), O3 with data tiling took decode from 6.4
+/// to 30.5 tok/s and compile from 111 to 85 s (same tokens).
 pub const COMPILE_FLAGS: &[&str] = &[
     "--iree-input-type=stablehlo",
     "--iree-hal-target-device=local",
     "--iree-hal-local-target-device-backends=llvm-cpu",
     "--iree-llvmcpu-target-cpu=host",
+    "--iree-opt-level=O3",
+    "--iree-opt-data-tiling",
 ];
 
 /// The IREE tools kiln runs.
