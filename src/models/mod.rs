@@ -14,7 +14,7 @@ pub mod llama;
 
 pub use cache::{Cache, KvCache};
 
-use crate::graph::{DType, Graph, TensorType, DYNAMIC};
+use crate::graph::{DType, Graph, ReduceKind, TensorType, DYNAMIC};
 use crate::interp::{Buffer, InterpError, ParamSource, Value};
 use crate::params::archive::{self, DerivedParam, Encoding};
 use crate::trace::nn::to_f32;
@@ -289,11 +289,55 @@ impl<'t> Weight<'t> {
         })
     }
 
-    /// Rows `ids` (`[n]` integer) of a matrix, as f32 `[n, cols]`: an
-    /// embedding lookup. A packed table dequantizes only the rows it picks
-    /// (a row is a whole number of blocks) when `n` is static; with `n = ?`
-    /// the picked bytes cannot be regrouped into blocks (a `?` dim is never
-    /// merged), so the whole table is dequantized and gathered from.
+    /// `x · Wᵀ` for this `[out, in]` matrix: `x [..., in]` -> `[..., out]`.
+    ///
+    /// A packed weight times a static `x` of at most [`Weight::FUSED_ROWS`]
+    /// rows (decode) is a broadcast multiply and a sum over the blocks, the
+    /// weight dequantized to `[out, in / block, block_dims...]` and `x`
+    /// reshaped to match: IREE fuses the dequantization into that
+    /// reduction, so each call streams the blocks instead of writing an f32
+    /// copy of the weight, and no transpose of the weight is made. Longer
+    /// (prefill) or dynamic `x` dequantize the whole matrix once and run a
+    /// matrix product, where the copy is shared by every row.
+    pub fn linear(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let [out, inp] = self.shape[..] else {
+            return Err(ModelError::Config(format!("{}: linear() needs a matrix, found shape {:?}", self.name, self.shape)));
+        };
+        let rank = x.ty.rank();
+        let rows: usize = x.ty.shape[..rank.saturating_sub(1)].iter().product();
+        match self.packed {
+            Some(ty)
+                if !x.ty.is_dynamic()
+                    && x.ty.dtype == DType::F32
+                    && rank >= 1
+                    && x.ty.shape[rank - 1] == inp
+                    && rows <= Self::FUSED_ROWS
+                    && !dequant::block_dims(ty).is_empty() =>
+            {
+                let dims = dequant::block_dims(ty);
+                let blocks = inp / ty.block_size();
+                let w = dequant::dequantize(&self.raw, ty, &[&[out, blocks][..], dims].concat())?;
+                let xb = x.reshape(&[&[rows, blocks][..], dims].concat())?;
+                let full = [&[rows, out, blocks][..], dims].concat();
+                let inner: Vec<usize> = (2..full.len()).collect();
+                let xb = xb.broadcast_in_dim(&full, &[&[0][..], &inner].concat())?;
+                let wb = w.broadcast_in_dim(&full, &(1..full.len()).collect::<Vec<_>>())?;
+                let y = xb.multiply(&wb)?.reduce(ReduceKind::Sum, &inner)?;
+                Ok(y.reshape(&[&x.ty.shape[..rank - 1], &[out][..]].concat())?)
+            }
+            _ => Ok(x.linear(&self.f32()?)?),
+        }
+    }
+
+    /// The most rows of `x` for which [`Weight::linear`] fuses the
+    /// dequantization into the product: a decode step's one. Beyond a few
+    /// rows the fused form repeats the dequantization per row tile, where
+    /// one dense copy serves them all.
+    pub const FUSED_ROWS: usize = 1;
+
+    /// Rows `ids` (`[n]` integer, `n` may be `?`) of a matrix, as f32 `[n,
+    /// cols]`: an embedding lookup. A packed table gathers the rows' bytes
+    /// (a row is a whole number of blocks) and dequantizes only those.
     pub fn rows(&self, ids: &Tensor<'t>) -> Result<Tensor<'t>> {
         let [rows, cols] = self.shape[..] else {
             return Err(ModelError::Config(format!(
@@ -302,13 +346,11 @@ impl<'t> Weight<'t> {
             )));
         };
         match self.packed {
-            Some(ty) if !ids.ty.is_dynamic() => {
+            Some(ty) => {
                 let row_bytes = self.raw.ty.shape[0] / rows;
-                let n = ids.ty.num_elements();
-                let picked = self.raw.reshape(&[rows, row_bytes])?.gather(ids)?.reshape(&[n * row_bytes])?;
-                Ok(dequant::dequantize(&picked, ty, &[n, cols])?)
+                let picked = self.raw.reshape(&[rows, row_bytes])?.gather(ids)?;
+                Ok(dequant::dequantize(&picked, ty, &[picked.ty.shape[0], cols])?)
             }
-            Some(_) => Ok(self.f32()?.gather(ids)?),
             None => Ok(to_f32(&self.raw.gather(ids)?)?),
         }
     }
@@ -518,12 +560,12 @@ pub(crate) fn load_head<'t>(
     t: &'t Tracer,
     weights: &dyn Checkpoint,
     token_embd: &Weight<'t>,
-) -> Result<(Tensor<'t>, Tensor<'t>)> {
+) -> Result<(Tensor<'t>, Weight<'t>)> {
     let hidden = token_embd.shape[1];
     let output_norm = weights.load(t, "output_norm.weight", &[hidden])?.f32()?;
     let output = match weights.contains("output.weight") {
-        true => weights.load(t, "output.weight", &token_embd.shape)?.f32()?,
-        false => token_embd.f32()?,
+        true => weights.load(t, "output.weight", &token_embd.shape)?,
+        false => token_embd.clone(),
     };
     Ok((output_norm, output))
 }
