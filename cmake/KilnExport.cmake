@@ -20,8 +20,9 @@
 #                            .venv/bin (`make setup`; PyPI iree-base-compiler).
 #   KILN_IREE_COMPILE_FLAGS  what kiln_compile passes to iree-compile before
 #                            FLAGS: StableHLO input, llvm-cpu for this host's
-#                            CPU at O3 with data tiling (the flags of `kiln
-#                            compile`, src/iree.rs).
+#                            CPU at O3 with data tiling and no const-expr
+#                            hoisting (the flags of `kiln compile`, why in
+#                            src/iree.rs).
 #
 # kiln_export(NAME <name> MODEL <checkpoint>
 #             [PARAMS reference|archive|inline] [PACKED fail|dequantize|keep]
@@ -117,6 +118,7 @@ set(KILN_IREE_COMPILE_FLAGS
   "--iree-llvmcpu-target-cpu=host"
   "--iree-opt-level=O3"
   "--iree-opt-data-tiling"
+  "--iree-opt-const-expr-hoisting=false"
   CACHE STRING "iree-compile flags of kiln_compile, before its FLAGS (a ;-list)")
 unset(_kiln_repo)
 

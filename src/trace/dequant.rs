@@ -94,8 +94,14 @@ impl<'t> Blocks<'t> {
     fn new(raw: &Tensor<'t>, ty: GgmlType) -> Result<Self> {
         let rank = raw.ty.rank();
         let mut lead = raw.ty.shape[..rank - 1].to_vec();
-        lead.push(raw.ty.shape[rank - 1] / ty.type_size());
-        let rows = raw.reshape(&[&lead[..], &[ty.type_size()]].concat())?;
+        // Rows of one block each (`[..., type_size]`) are already blocks.
+        let rows = match (rank, raw.ty.shape[rank - 1] == ty.type_size()) {
+            (2.., true) => raw.clone(),
+            _ => {
+                lead.push(raw.ty.shape[rank - 1] / ty.type_size());
+                raw.reshape(&[&lead[..], &[ty.type_size()]].concat())?
+            }
+        };
         let (signed, unsigned) = match rows.ty.dtype {
             DType::I8 => (rows.clone(), rows.bitcast_convert(DType::UI8)?),
             _ => (rows.bitcast_convert(DType::I8)?, rows),

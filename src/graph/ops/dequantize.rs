@@ -28,7 +28,8 @@ pub fn supported(ty: GgmlType) -> bool {
 /// `ggml` tensor of `declared`'s shape: either `raw` is static 1-D and
 /// `declared` static, or `raw` is `[lead..., row_bytes]` (rows of whole
 /// blocks, e.g. gathered from a packed table; one lead dim may be `?`) and
-/// `declared` is `[lead..., row_values]`.
+/// `declared` is `[lead..., row...]`, `row` static dims holding one raw
+/// row's values (`[row_values]`, or `[blocks, block_dims...]`).
 pub fn infer_dequantize(ggml: GgmlType, raw: &TensorType, declared: &TensorType) -> Result<TensorType, ShapeError> {
     let fail = |message: String| Err(ShapeError::new(OP, "kiln", message));
     if !supported(ggml) {
@@ -40,16 +41,17 @@ pub fn infer_dequantize(ggml: GgmlType, raw: &TensorType, declared: &TensorType)
     }
     if raw.rank() > 1 {
         let (rank, last) = (raw.rank(), raw.shape[raw.rank() - 1]);
+        let row = declared.shape.get(rank - 1..).unwrap_or_default();
         let rows_fit = declared.dtype == DType::F32
-            && declared.rank() == rank
+            && declared.rank() >= rank
             && declared.shape[..rank - 1] == raw.shape[..rank - 1]
             && last != crate::graph::DYNAMIC
-            && declared.shape[rank - 1] != crate::graph::DYNAMIC
-            && ggml.byte_len(declared.shape[rank - 1] as u64) == Some(last as u64);
+            && !row.contains(&crate::graph::DYNAMIC)
+            && ggml.byte_len(row.iter().product::<usize>() as u64) == Some(last as u64);
         if !rows_fit {
             return fail(format!(
-                "{ggml}: rows of raw bytes {raw} need an f32 result with the same leading dims and a last dim of \
-                 whole {}-value blocks filling {last} bytes, found {declared}",
+                "{ggml}: rows of raw bytes {raw} need an f32 result with the same leading dims and then static \
+                 dims of whole {}-value blocks filling {last} bytes, found {declared}",
                 ggml.block_size()
             ));
         }
@@ -102,6 +104,7 @@ mod tests {
         let ok = |raw: &str, out: &str| infer_dequantize(GgmlType::Q4_0, &ty(raw), &ty(out));
         assert_eq!(ok("tensor<?x36xi8>", "tensor<?x64xf32>").unwrap().to_string(), "tensor<?x64xf32>");
         assert!(ok("tensor<3x2x18xui8>", "tensor<3x2x32xf32>").is_ok());
+        assert!(ok("tensor<3x36xi8>", "tensor<3x2x2x16xf32>").is_ok());
         let err = |raw: &str, out: &str| ok(raw, out).unwrap_err().to_string();
         assert!(err("tensor<?x36xi8>", "tensor<?x32xf32>").contains("filling 36 bytes"));
         assert!(err("tensor<?x36xi8>", "tensor<4x64xf32>").contains("same leading dims"));
