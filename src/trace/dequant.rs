@@ -490,6 +490,14 @@ mod tests {
             assert_eq!(y.ty, TensorType::new(shape_of(ty), DType::F32));
             outs.push(y);
         }
+        // The same bytes as rows of blocks, `[2, blocks, type_size]`, to
+        // `[2, blocks, block_dims...]`: the form `Weight::linear` streams.
+        for ((&ty, name), bytes) in TYPES.iter().zip(names).zip(raw) {
+            let p = t.param(name, TensorType::new([bytes.len()], DType::I8)).unwrap();
+            let rows = p.reshape(&[2, BLOCKS / 2, ty.type_size()]).unwrap();
+            let shape = [&[2, BLOCKS / 2][..], block_dims(ty)].concat();
+            outs.push(op(&rows, ty, &shape).unwrap());
+        }
         t.finish(&outs.iter().collect::<Vec<_>>()).unwrap()
     }
 
@@ -530,19 +538,20 @@ mod tests {
         std::fs::write(&mlir_path, lower::lower_to_string(&graph, &LowerOptions::default()).unwrap()).unwrap();
         let vmfb = dir.path().join("module.vmfb");
         iree.compile(&mlir_path, &vmfb).unwrap();
-        let out_paths: Vec<PathBuf> = (0..TYPES.len()).map(|i| dir.path().join(format!("out{i}.npy"))).collect();
+        let out_paths: Vec<PathBuf> = (0..2 * TYPES.len()).map(|i| dir.path().join(format!("out{i}.npy"))).collect();
         iree.run(&vmfb, "main", &[], &[("model", params_path.as_path())], &out_paths).unwrap();
 
         let mut failures = Vec::new();
-        for (i, &ty) in TYPES.iter().enumerate() {
-            if let Some(m) = first_mismatch(&interp_out[i], &expected[i]) {
-                failures.push(format!("{ty} interpreter: {m}"));
+        for (i, ty) in TYPES.iter().chain(&TYPES).enumerate() {
+            let (form, want) = (if i < TYPES.len() { "" } else { " as blocks" }, &expected[i % TYPES.len()]);
+            if let Some(m) = first_mismatch(&interp_out[i], want) {
+                failures.push(format!("{ty}{form} interpreter: {m}"));
             }
-            if let Some(m) = first_mismatch(&decomposed_out[i], &expected[i]) {
-                failures.push(format!("{ty} decomposition, interpreter: {m}"));
+            if let Some(m) = first_mismatch(&decomposed_out[i], want) {
+                failures.push(format!("{ty}{form} decomposition, interpreter: {m}"));
             }
-            if let Some(m) = first_mismatch(&npy::read(&out_paths[i]).unwrap(), &expected[i]) {
-                failures.push(format!("{ty} IREE: {m}"));
+            if let Some(m) = first_mismatch(&npy::read(&out_paths[i]).unwrap(), want) {
+                failures.push(format!("{ty}{form} IREE: {m}"));
             }
         }
         assert!(failures.is_empty(), "{failures:#?}");
