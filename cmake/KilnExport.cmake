@@ -20,7 +20,9 @@
 #                            .venv/bin (`make setup`; PyPI iree-base-compiler).
 #   KILN_IREE_COMPILE_FLAGS  what kiln_compile passes to iree-compile before
 #                            FLAGS: StableHLO input, llvm-cpu for this host's
-#                            CPU (the flags of `kiln compile`, src/iree.rs).
+#                            CPU at O3 with data tiling and no const-expr
+#                            hoisting (the flags of `kiln compile`, why in
+#                            src/iree.rs).
 #
 # kiln_export(NAME <name> MODEL <checkpoint>
 #             [PARAMS reference|archive|inline] [PACKED fail|dequantize|keep]
@@ -114,6 +116,9 @@ set(KILN_IREE_COMPILE_FLAGS
   "--iree-hal-target-device=local"
   "--iree-hal-local-target-device-backends=llvm-cpu"
   "--iree-llvmcpu-target-cpu=host"
+  "--iree-opt-level=O3"
+  "--iree-opt-data-tiling"
+  "--iree-opt-const-expr-hoisting=false"
   CACHE STRING "iree-compile flags of kiln_compile, before its FLAGS (a ;-list)")
 unset(_kiln_repo)
 

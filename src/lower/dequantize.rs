@@ -33,9 +33,11 @@ pub(super) fn lower_dequantize<'c, 'a>(
     Ok(e.call(&callee, &[raw], &[e.tensor_type(ty)])[0])
 }
 
-/// `dequantize_q4_k_4096x14336`, with `_ui8` for unsigned raw bytes.
+/// `dequantize_q4_k_4096x14336`, with `_ui8` for unsigned raw bytes and `d`
+/// for a `?` dim.
 fn callee_name(ggml: GgmlType, raw_ty: &TensorType, ty: &TensorType) -> String {
-    let dims: Vec<String> = ty.shape.iter().map(usize::to_string).collect();
+    let dims: Vec<String> =
+        ty.shape.iter().map(|&d| if d == crate::graph::DYNAMIC { "d".into() } else { d.to_string() }).collect();
     let unsigned = if raw_ty.dtype == DType::UI8 { "_ui8" } else { "" };
     format!("dequantize_{}_{}{unsigned}", ggml.name().to_lowercase(), dims.join("x"))
 }

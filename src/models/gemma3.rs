@@ -422,12 +422,12 @@ fn rope(keys: &HfKeys<'_>) -> Result<(RopeConfig, RopeConfig)> {
 /// `attn(x) = W_o · softmax(rope(norm(W_q x)) · rope(norm(W_k x))ᵀ · scale + mask) · W_v x`,
 /// each query and key head normed over its `head_dim` features.
 struct Attention<'t> {
-    attn_q: Tensor<'t>,
-    attn_k: Tensor<'t>,
-    attn_v: Tensor<'t>,
+    attn_q: Weight<'t>,
+    attn_k: Weight<'t>,
+    attn_v: Weight<'t>,
     attn_q_norm: Tensor<'t>,
     attn_k_norm: Tensor<'t>,
-    attn_output: Tensor<'t>,
+    attn_output: Weight<'t>,
     head_count: usize,
     head_count_kv: usize,
     head_dim: usize,
@@ -442,13 +442,14 @@ impl<'t> Attention<'t> {
         let (q_dim, k_dim, v_dim) =
             (c.head_count * c.head_dim, c.head_count_kv * c.head_dim, c.head_count_kv * c.value_length);
         let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
+        let m = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape);
         Ok(Attention {
-            attn_q: w("attn_q", &[q_dim, hidden])?,
-            attn_k: w("attn_k", &[k_dim, hidden])?,
-            attn_v: w("attn_v", &[v_dim, hidden])?,
+            attn_q: m("attn_q", &[q_dim, hidden])?,
+            attn_k: m("attn_k", &[k_dim, hidden])?,
+            attn_v: m("attn_v", &[v_dim, hidden])?,
             attn_q_norm: norm_weight(c, w("attn_q_norm", &[c.head_dim])?)?,
             attn_k_norm: norm_weight(c, w("attn_k_norm", &[c.head_dim])?)?,
-            attn_output: w("attn_output", &[hidden, c.head_count * c.value_length])?,
+            attn_output: m("attn_output", &[hidden, c.head_count * c.value_length])?,
             head_count: c.head_count,
             head_count_kv: c.head_count_kv,
             head_dim: c.head_dim,
@@ -466,42 +467,42 @@ impl<'t> Attention<'t> {
         mask: &Tensor<'t>,
         cache: Option<(&mut KvCache<'t>, usize)>,
     ) -> Result<Tensor<'t>> {
-        let q = split_heads(&x.linear(&self.attn_q)?, self.head_count, self.head_dim)?;
+        let q = split_heads(&self.attn_q.linear(x)?, self.head_count, self.head_dim)?;
         let q = rotation.apply(&q.rms_norm(Some(&self.attn_q_norm), self.eps)?)?;
-        let k = split_heads(&x.linear(&self.attn_k)?, self.head_count_kv, self.head_dim)?;
+        let k = split_heads(&self.attn_k.linear(x)?, self.head_count_kv, self.head_dim)?;
         let k = rotation.apply(&k.rms_norm(Some(&self.attn_k_norm), self.eps)?)?;
-        let v = split_heads(&x.linear(&self.attn_v)?, self.head_count_kv, self.value_length)?;
+        let v = split_heads(&self.attn_v.linear(x)?, self.head_count_kv, self.value_length)?;
         let (k, v) = match cache {
             Some((cache, layer)) => cache.write(layer, &k, &v)?,
             None => (k, v),
         };
         let a = attention(&q, &k, &v, Some(mask), self.scale, None)?;
-        Ok(merge_heads(&a)?.linear(&self.attn_output)?)
+        Ok(self.attn_output.linear(&merge_heads(&a)?)?)
     }
 }
 
 /// GeGLU feed-forward: `ffn(h) = W_down · (gelu_tanh(W_gate · h) * W_up · h)`.
 struct FeedForward<'t> {
-    ffn_gate: Tensor<'t>,
-    ffn_up: Tensor<'t>,
-    ffn_down: Tensor<'t>,
+    ffn_gate: Weight<'t>,
+    ffn_up: Weight<'t>,
+    ffn_down: Weight<'t>,
 }
 
 impl<'t> FeedForward<'t> {
     fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
         let (hidden, ff) = (c.embedding_length, c.feed_forward_length);
-        let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
+        let m = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape);
         Ok(FeedForward {
-            ffn_gate: w("ffn_gate", &[ff, hidden])?,
-            ffn_up: w("ffn_up", &[ff, hidden])?,
-            ffn_down: w("ffn_down", &[hidden, ff])?,
+            ffn_gate: m("ffn_gate", &[ff, hidden])?,
+            ffn_up: m("ffn_up", &[ff, hidden])?,
+            ffn_down: m("ffn_down", &[hidden, ff])?,
         })
     }
 
     fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let gate = h.linear(&self.ffn_gate)?.gelu_tanh()?;
-        let up = h.linear(&self.ffn_up)?;
-        Ok(gate.multiply(&up)?.linear(&self.ffn_down)?)
+        let gate = self.ffn_gate.linear(h)?.gelu_tanh()?;
+        let up = self.ffn_up.linear(h)?;
+        Ok(self.ffn_down.linear(&gate.multiply(&up)?)?)
     }
 }
 
@@ -560,7 +561,7 @@ pub struct Gemma3<'t> {
     token_embd: Weight<'t>,
     blocks: Vec<Block<'t>>,
     output_norm: Tensor<'t>,
-    output: Tensor<'t>,
+    output: Weight<'t>,
 }
 
 impl<'t> Gemma3<'t> {
@@ -620,7 +621,7 @@ impl<'t> Gemma3<'t> {
             };
             x = block.forward(&x, rotation, mask, cache.as_deref_mut().map(|c| (c, i)))?;
         }
-        let logits = x.rms_norm(Some(&self.output_norm), c.rms_norm_eps)?.linear(&self.output)?;
+        let logits = self.output.linear(&x.rms_norm(Some(&self.output_norm), c.rms_norm_eps)?)?;
         Ok(match c.final_logit_softcapping {
             Some(cap) => logits.soft_cap(cap)?,
             None => logits,

@@ -273,10 +273,10 @@ fn qwen_sliding_window(keys: &HfKeys<'_>) -> Result<Option<usize>> {
 /// Grouped-query self-attention:
 /// `attn(x) = W_o · softmax(rope(W_q x) · rope(W_k x)ᵀ / √hd + mask) · W_v x`.
 struct Attention<'t> {
-    attn_q: Tensor<'t>,
-    attn_k: Tensor<'t>,
-    attn_v: Tensor<'t>,
-    attn_output: Tensor<'t>,
+    attn_q: Weight<'t>,
+    attn_k: Weight<'t>,
+    attn_v: Weight<'t>,
+    attn_output: Weight<'t>,
     /// Qwen2: biases of the q, k and v projections, where the checkpoint has them.
     bias: Option<[Tensor<'t>; 3]>,
     /// Qwen3: RMS-norm weights `[head_dim]` of each query and key head,
@@ -292,6 +292,7 @@ impl<'t> Attention<'t> {
     fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
         let (hidden, q_dim, kv_dim) = (c.embedding_length, c.head_count * c.head_dim, c.head_count_kv * c.head_dim);
         let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
+        let m = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape);
         let bias = |name: &str, len: usize| weights.load(t, &format!("blk.{i}.{name}.bias"), &[len])?.f32();
         let bias = match c.qkv_bias {
             true => Some([bias("attn_q", q_dim)?, bias("attn_k", kv_dim)?, bias("attn_v", kv_dim)?]),
@@ -302,10 +303,10 @@ impl<'t> Attention<'t> {
             false => None,
         };
         Ok(Attention {
-            attn_q: w("attn_q", &[q_dim, hidden])?,
-            attn_k: w("attn_k", &[kv_dim, hidden])?,
-            attn_v: w("attn_v", &[kv_dim, hidden])?,
-            attn_output: w("attn_output", &[hidden, q_dim])?,
+            attn_q: m("attn_q", &[q_dim, hidden])?,
+            attn_k: m("attn_k", &[kv_dim, hidden])?,
+            attn_v: m("attn_v", &[kv_dim, hidden])?,
+            attn_output: m("attn_output", &[hidden, q_dim])?,
             bias,
             qk_norm,
             eps: c.rms_norm_eps,
@@ -325,7 +326,7 @@ impl<'t> Attention<'t> {
         mask: &Tensor<'t>,
         cache: Option<(&mut KvCache<'t>, usize)>,
     ) -> Result<Tensor<'t>> {
-        let (mut q, mut k, mut v) = (x.linear(&self.attn_q)?, x.linear(&self.attn_k)?, x.linear(&self.attn_v)?);
+        let (mut q, mut k, mut v) = (self.attn_q.linear(x)?, self.attn_k.linear(x)?, self.attn_v.linear(x)?);
         if let Some([bq, bk, bv]) = &self.bias {
             let seq = &x.ty.shape[..1];
             let add = |y: &Tensor<'t>, b: &Tensor<'t>| y.add(&b.broadcast_in_dim(&[seq[0], b.ty.shape[0]], &[1])?);
@@ -344,32 +345,32 @@ impl<'t> Attention<'t> {
         };
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let a = attention(&q, &k, &v, Some(mask), scale, None)?;
-        Ok(merge_heads(&a)?.linear(&self.attn_output)?)
+        Ok(self.attn_output.linear(&merge_heads(&a)?)?)
     }
 }
 
 /// SwiGLU feed-forward: `ffn(h) = W_down · (silu(W_gate · h) * W_up · h)`.
 struct FeedForward<'t> {
-    ffn_gate: Tensor<'t>,
-    ffn_up: Tensor<'t>,
-    ffn_down: Tensor<'t>,
+    ffn_gate: Weight<'t>,
+    ffn_up: Weight<'t>,
+    ffn_down: Weight<'t>,
 }
 
 impl<'t> FeedForward<'t> {
     fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
         let (hidden, ff) = (c.embedding_length, c.feed_forward_length);
-        let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
+        let m = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape);
         Ok(FeedForward {
-            ffn_gate: w("ffn_gate", &[ff, hidden])?,
-            ffn_up: w("ffn_up", &[ff, hidden])?,
-            ffn_down: w("ffn_down", &[hidden, ff])?,
+            ffn_gate: m("ffn_gate", &[ff, hidden])?,
+            ffn_up: m("ffn_up", &[ff, hidden])?,
+            ffn_down: m("ffn_down", &[hidden, ff])?,
         })
     }
 
     fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let gate = h.linear(&self.ffn_gate)?.silu()?;
-        let up = h.linear(&self.ffn_up)?;
-        Ok(gate.multiply(&up)?.linear(&self.ffn_down)?)
+        let gate = self.ffn_gate.linear(h)?.silu()?;
+        let up = self.ffn_up.linear(h)?;
+        Ok(self.ffn_down.linear(&gate.multiply(&up)?)?)
     }
 }
 
@@ -421,7 +422,7 @@ pub struct Llama<'t> {
     rope_freqs: Option<Tensor<'t>>,
     blocks: Vec<Block<'t>>,
     output_norm: Tensor<'t>,
-    output: Tensor<'t>,
+    output: Weight<'t>,
 }
 
 impl<'t> Llama<'t> {
@@ -476,7 +477,7 @@ impl<'t> Llama<'t> {
             x = block.forward(&x, &rotation, mask, cache.as_deref_mut().map(|c| (c, layer)))?;
         }
         let x = x.rms_norm(Some(&self.output_norm), c.rms_norm_eps)?;
-        Ok(x.linear(&self.output)?)
+        Ok(self.output.linear(&x)?)
     }
 }
 

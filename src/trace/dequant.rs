@@ -36,6 +36,26 @@ pub fn dequantize<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result
     raw.tracer.push("", Op::Dequantize { ggml: ty }, &[raw], Some(TensorType::new(shape.to_vec(), DType::F32)))
 }
 
+/// How [`decompose`] shapes one block's values before its final reshape:
+/// dims whose row-major order is ggml's value order, split (never merged)
+/// along the way the bits are unpacked. `dequantize` to `[rows, blocks,
+/// block_dims...]` therefore ends in a reshape that only splits the
+/// leading dim, and IREE fuses the whole dequantization into a consumer
+/// that reads that shape (a collapse after the unpacking would make it
+/// write the unpacked values out first, IREE #8637).
+pub fn block_dims(ty: GgmlType) -> &'static [usize] {
+    use GgmlType as T;
+    match ty {
+        T::Q8_0 => &[32],
+        T::Q4_0 | T::Q4_1 => &[2, 16],
+        T::Q5_0 | T::Q5_1 => &[2, 2, 8],
+        T::Q2_K | T::Q3_K => &[2, 4, 2, 16],
+        T::Q4_K | T::Q5_K => &[4, 2, 32],
+        T::Q6_K => &[2, 2, 2, 2, 16],
+        _ => &[],
+    }
+}
+
 /// [`dequantize`] in StableHLO ops, for `raw` and `shape` that its shape
 /// rule admits.
 pub fn decompose<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result<Tensor<'t>> {
@@ -57,31 +77,59 @@ pub fn decompose<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result<
     y.reshape(shape)
 }
 
-/// A tensor's blocks as `[n, type_size]` bytes (`i8` and `ui8` views), with
-/// a cursor that slices fields off in struct order like the CPU's `Fields`.
+/// A tensor's blocks as `[lead..., type_size]` bytes (`i8` and `ui8`
+/// views), with a cursor that slices fields off in struct order like the
+/// CPU's `Fields`. `lead` is `[n_blocks]` for 1-D raw bytes, and the raw
+/// rows' leading dims (one may be `?`) plus the blocks per row otherwise.
+/// The helpers below write shapes and dims as if `lead` were one dim `n`
+/// ([`Blocks::sh`], [`Blocks::d`]).
 struct Blocks<'t> {
     signed: Tensor<'t>,
     unsigned: Tensor<'t>,
-    n: usize,
+    lead: Vec<usize>,
     offset: std::cell::Cell<usize>,
 }
 
 impl<'t> Blocks<'t> {
     fn new(raw: &Tensor<'t>, ty: GgmlType) -> Result<Self> {
-        let n = raw.ty.shape[0] / ty.type_size();
-        let rows = raw.reshape(&[n, ty.type_size()])?;
+        let rank = raw.ty.rank();
+        let mut lead = raw.ty.shape[..rank - 1].to_vec();
+        // Rows of one block each (`[..., type_size]`) are already blocks.
+        let rows = match (rank, raw.ty.shape[rank - 1] == ty.type_size()) {
+            (2.., true) => raw.clone(),
+            _ => {
+                lead.push(raw.ty.shape[rank - 1] / ty.type_size());
+                raw.reshape(&[&lead[..], &[ty.type_size()]].concat())?
+            }
+        };
         let (signed, unsigned) = match rows.ty.dtype {
             DType::I8 => (rows.clone(), rows.bitcast_convert(DType::UI8)?),
             _ => (rows.bitcast_convert(DType::I8)?, rows),
         };
-        Ok(Blocks { signed, unsigned, n, offset: 0.into() })
+        Ok(Blocks { signed, unsigned, lead, offset: 0.into() })
+    }
+
+    /// `[n, rest...]`: the leading dims, then `rest`.
+    fn sh(&self, rest: &[usize]) -> Vec<usize> {
+        [&self.lead[..], rest].concat()
+    }
+
+    /// Dim `i` of a `[n, ...]` shape (`i >= 1`) in the real shape.
+    fn d(&self, i: usize) -> usize {
+        i + self.lead.len() - 1
+    }
+
+    /// `x [n, L]` sliced to `[n, start..end]` along its last dim.
+    fn cols(&self, x: &Tensor<'t>, start: usize, end: usize) -> Result<Tensor<'t>> {
+        let zeros = vec![0; self.lead.len()];
+        x.slice(&[&zeros[..], &[start]].concat(), &self.sh(&[end]), &vec![1; self.lead.len() + 1])
     }
 
     /// The next `len` bytes of every block, `[n, len]`, from `view`.
     fn take_from(&self, view: &Tensor<'t>, len: usize) -> Result<Tensor<'t>> {
         let start = self.offset.get();
         self.offset.set(start + len);
-        view.slice(&[0, start], &[self.n, start + len], &[1, 1])
+        self.cols(view, start, start + len)
     }
 
     /// The next `len` bytes as `ui8`, `[n, len]`.
@@ -100,7 +148,7 @@ impl<'t> Blocks<'t> {
     /// while this fuses into the consumer.
     fn f16(&self) -> Result<Tensor<'t>> {
         let bytes = self.take(2)?;
-        let byte = |k: usize| bytes.slice(&[0, k], &[self.n, k + 1], &[1, 1])?.reshape(&[self.n])?.convert(DType::UI16);
+        let byte = |k: usize| self.cols(&bytes, k, k + 1)?.reshape(&self.lead)?.convert(DType::UI16);
         let bits = byte(0)?.or(&shl(&byte(1)?, 8)?)?;
         bits.bitcast_convert(DType::F16)?.convert(DType::F32)
     }
@@ -156,6 +204,13 @@ fn unpack<'t>(x: &Tensor<'t>, dim: usize, count: usize, step: u8, mask: u8) -> R
     and(&wide.shift_right_logical(&shift)?, mask)
 }
 
+/// `x` with its dim `dim` split into `parts` (row-major).
+fn split<'t>(x: &Tensor<'t>, dim: usize, parts: &[usize]) -> Result<Tensor<'t>> {
+    let mut shape = x.ty.shape.clone();
+    shape.splice(dim..=dim, parts.iter().copied());
+    x.reshape(&shape)
+}
+
 /// `x` `[a, b, ...]` with its dims `dim` and `dim + 1` merged.
 fn merge<'t>(x: &Tensor<'t>, dim: usize) -> Result<Tensor<'t>> {
     let mut shape = x.ty.shape.clone();
@@ -164,28 +219,31 @@ fn merge<'t>(x: &Tensor<'t>, dim: usize) -> Result<Tensor<'t>> {
     x.reshape(&shape)
 }
 
-/// The legacy nibble layout: `[n, 16]` bytes to `[n, 32]` values, value `j`
-/// the low nibble of `qs[j]` and value `j + 16` its high nibble. Also
-/// Q3_K's scale nibbles (`[n, 8]` to `[n, 16]`).
-fn nibbles<'t>(qs: &Tensor<'t>) -> Result<Tensor<'t>> {
-    merge(&unpack(qs, 1, 2, 4, 0x0F)?, 1)
+/// The legacy nibble layout: `[n, L]` bytes to `[n, 2, L]` values, value
+/// `j` the low nibble of `qs[j]` and value `j + L` its high nibble.
+fn nibbles<'t>(b: &Blocks<'t>, qs: &Tensor<'t>) -> Result<Tensor<'t>> {
+    unpack(qs, b.d(1), 2, 4, 0x0F)
 }
 
-/// Bit `i` of the little-endian `u32` `qh` (`[n, 4]` bytes), moved to bit
-/// 4, for `i` in `0..32`: `[n, 32]`.
-fn fifth_bits_32<'t>(qh: &Tensor<'t>) -> Result<Tensor<'t>> {
-    shl(&merge(&unpack(qh, 2, 8, 1, 1)?, 1)?, 4)
+/// Q5_0/Q5_1's values `[n, 2, 2, 8]` (value `16h + 8g + k`): the nibbles of
+/// `qs` (`[n, 16]`) under bit `i` of the little-endian `u32` `qh` (`[n, 4]`)
+/// as bit 4 of value `i`.
+fn five_bit_32<'t>(b: &Blocks<'t>, qs: &Tensor<'t>, qh: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let low = nibbles(b, &qs.reshape(&b.sh(&[2, 8]))?)?;
+    let high = unpack(&qh.reshape(&b.sh(&[2, 2]))?, b.d(3), 8, 1, 1)?;
+    low.or(&shl(&high, 4)?)
 }
 
-/// The 2-bit layout of Q2_K and Q3_K: `[n, 64]` bytes to `[n, 256]`
-/// values, value `128h + 32s + l` being bits `2s..2s + 2` of `qs[32h + l]`.
-fn crumbs_256<'t>(qs: &Tensor<'t>, n: usize) -> Result<Tensor<'t>> {
-    unpack(&qs.reshape(&[n, 2, 32])?, 2, 4, 2, 3)?.reshape(&[n, QK_K])
+/// The 2-bit layout of Q2_K and Q3_K: `[n, 64]` bytes to `[n, 2, 4, 2, 16]`
+/// values, value `128h + 32s + l` being bits `2s..2s + 2` of `qs[32h + l]`
+/// (`l` split in two, so that dims 1..4 index the 16-value sub-blocks).
+fn crumbs_256<'t>(b: &Blocks<'t>, qs: &Tensor<'t>) -> Result<Tensor<'t>> {
+    split(&unpack(&qs.reshape(&b.sh(&[2, 32]))?, b.d(2), 4, 2, 3)?, b.d(3), &[2, 16])
 }
 
 /// Bit `j` of `bytes[l]`, for `j` in `0..8`: `[n, len]` to `[n, 8, len]`.
-fn bit_planes<'t>(bytes: &Tensor<'t>) -> Result<Tensor<'t>> {
-    unpack(bytes, 1, 8, 1, 1)
+fn bit_planes<'t>(b: &Blocks<'t>, bytes: &Tensor<'t>) -> Result<Tensor<'t>> {
+    unpack(bytes, b.d(1), 8, 1, 1)
 }
 
 /// `block_q8_0 { d; qs[32] (int8) }`: `qs * d`.
@@ -200,7 +258,7 @@ fn q8_0<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
 fn q4_0<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
     let d = b.f16()?;
     let qs = b.take(16)?;
-    let q = minus(&f32(&nibbles(&qs)?)?, 8.0)?;
+    let q = minus(&f32(&nibbles(b, &qs)?)?, 8.0)?;
     per(&d, &q)?.multiply(&q)
 }
 
@@ -209,7 +267,7 @@ fn q4_1<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
     let d = b.f16()?;
     let m = b.f16()?;
     let qs = b.take(16)?;
-    let q = f32(&nibbles(&qs)?)?;
+    let q = f32(&nibbles(b, &qs)?)?;
     per(&d, &q)?.multiply(&q)?.add(&per(&m, &q)?)
 }
 
@@ -219,8 +277,7 @@ fn q5_0<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
     let d = b.f16()?;
     let qh = b.take(4)?;
     let qs = b.take(16)?;
-    let q = nibbles(&qs)?.or(&fifth_bits_32(&qh)?)?;
-    let q = minus(&f32(&q)?, 16.0)?;
+    let q = minus(&f32(&five_bit_32(b, &qs, &qh)?)?, 16.0)?;
     per(&d, &q)?.multiply(&q)
 }
 
@@ -230,11 +287,11 @@ fn q5_1<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
     let m = b.f16()?;
     let qh = b.take(4)?;
     let qs = b.take(16)?;
-    let q = f32(&nibbles(&qs)?.or(&fifth_bits_32(&qh)?)?)?;
+    let q = f32(&five_bit_32(b, &qs, &qh)?)?;
     per(&d, &q)?.multiply(&q)?.add(&per(&m, &q)?)
 }
 
-/// `dl * q - ml` over sub-blocks: `dl`, `ml` `[n, S]`, `q` f32 `[n, S, L]`.
+/// `dl * q - ml` over sub-blocks: `dl`, `ml` `[n, S...]`, `q` f32 `[n, S..., L]`.
 fn scaled_minus_min<'t>(dl: &Tensor<'t>, q: &Tensor<'t>, ml: &Tensor<'t>) -> Result<Tensor<'t>> {
     per(dl, q)?.multiply(q)?.subtract(&per(ml, q)?)
 }
@@ -242,16 +299,15 @@ fn scaled_minus_min<'t>(dl: &Tensor<'t>, q: &Tensor<'t>, ml: &Tensor<'t>) -> Res
 /// `block_q2_K { scales[16]; qs[64]; d; dmin }`: `d * sc * q - dmin * m`
 /// per 16-value sub-block, `sc`/`m` the low/high nibbles of `scales`.
 fn q2_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
-    let n = b.n;
     let scales = b.take(QK_K / 16)?;
     let qs = b.take(QK_K / 4)?;
     let d = b.f16()?;
     let dmin = b.f16()?;
     let sc = f32(&and(&scales, 0x0F)?)?;
-    let dl = per(&d, &sc)?.multiply(&sc)?;
+    let dl = split(&per(&d, &sc)?.multiply(&sc)?, b.d(1), &[2, 4, 2])?;
     let m = f32(&shr(&scales, 4)?)?;
-    let ml = per(&dmin, &m)?.multiply(&m)?;
-    let q = f32(&crumbs_256(&qs, n)?.reshape(&[n, 16, 16])?)?;
+    let ml = split(&per(&dmin, &m)?.multiply(&m)?, b.d(1), &[2, 4, 2])?;
+    let q = f32(&crumbs_256(b, &qs)?)?;
     scaled_minus_min(&dl, &q, &ml)
 }
 
@@ -259,21 +315,20 @@ fn q2_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
 /// per 16-value sub-block; `q` takes its low two bits as Q2_K does and
 /// loses 4 when bit `i / 32` of `hmask[i % 32]` is clear.
 fn q3_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
-    let n = b.n;
     let hmask = b.take(QK_K / 8)?;
     let qs = b.take(QK_K / 4)?;
     let scales = b.take(12)?;
     let d = b.f16()?;
     // Scale j: low nibble of byte j % 8 (high nibble for j >= 8), top two
     // bits from byte 8 + j % 4 at bit 2 * (j / 4).
-    let lo = nibbles(&scales.slice(&[0, 0], &[n, 8], &[1, 1])?)?;
-    let hi = merge(&unpack(&scales.slice(&[0, 8], &[n, 12], &[1, 1])?, 1, 4, 2, 3)?, 1)?;
+    let lo = merge(&nibbles(b, &b.cols(&scales, 0, 8)?)?, b.d(1))?;
+    let hi = merge(&unpack(&b.cols(&scales, 8, 12)?, b.d(1), 4, 2, 3)?, b.d(1))?;
     let sc = minus(&f32(&lo.or(&shl(&hi, 4)?)?)?, 32.0)?;
-    let dl = per(&d, &sc)?.multiply(&sc)?;
+    let dl = split(&per(&d, &sc)?.multiply(&sc)?, b.d(1), &[2, 4, 2])?;
     // Value 128h + 32s + l: low bits from qs, bit 4h + s of hmask[l] as bit 2.
-    let low = crumbs_256(&qs, n)?;
-    let high = shl(&bit_planes(&hmask)?.reshape(&[n, QK_K])?, 2)?;
-    let q = minus(&f32(&low.or(&high)?.reshape(&[n, 16, 16])?)?, 4.0)?;
+    let low = crumbs_256(b, &qs)?;
+    let high = split(&split(&bit_planes(b, &hmask)?, b.d(1), &[2, 4])?, b.d(3), &[2, 16])?;
+    let q = minus(&f32(&low.or(&shl(&high, 2)?)?)?, 4.0)?;
     per(&dl, &q)?.multiply(&q)
 }
 
@@ -281,52 +336,49 @@ fn q3_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
 /// mins, as f32 `[n, 8]` each. For `j < 4` they are the low six bits of
 /// bytes `j` and `j + 4`; for `j >= 4` the nibbles of byte `j + 4` under
 /// the top two bits of bytes `j - 4` and `j`.
-fn scale_min_k4<'t>(scales: &Tensor<'t>, n: usize) -> Result<(Tensor<'t>, Tensor<'t>)> {
-    let part = |k: usize| -> Result<Tensor<'t>> {
-        let bytes = scales.slice(&[0, 4 * k], &[n, 4 * k + 4], &[1, 1])?;
-        bytes.broadcast_in_dim(&[n, 2, 4], &[0, 2])
-    };
+fn scale_min_k4<'t>(b: &Blocks<'t>, scales: &Tensor<'t>) -> Result<(Tensor<'t>, Tensor<'t>)> {
+    let wide = b.sh(&[2, 4]);
+    let kept: Vec<usize> = (0..b.lead.len()).chain([b.d(2)]).collect();
+    let part = |k: usize| -> Result<Tensor<'t>> { b.cols(scales, 4 * k, 4 * k + 4)?.broadcast_in_dim(&wide, &kept) };
     let (s0, s1, s2) = (part(0)?, part(1)?, part(2)?);
-    let first = scales.tracer.iota(1, TensorType::new([n, 2, 4], DType::UI8))?;
+    let first = scales.tracer.iota(b.d(1), TensorType::new(wide.clone(), DType::UI8))?;
     let first = first.compare(crate::graph::ComparisonDirection::Eq, &splat(&first, 0.0)?)?;
     let top = |s: &Tensor<'t>| shl(&shr(s, 6)?, 4);
     let sc = first.select(&and(&s0, 0x3F)?, &and(&s2, 0x0F)?.or(&top(&s0)?)?)?;
     let m = first.select(&and(&s1, 0x3F)?, &shr(&s2, 4)?.or(&top(&s1)?)?)?;
-    Ok((f32(&merge(&sc, 1)?)?, f32(&merge(&m, 1)?)?))
+    Ok((f32(&merge(&sc, b.d(1))?)?, f32(&merge(&m, b.d(1))?)?))
 }
 
-/// Q4_K/Q5_K's low nibbles: `[n, 128]` bytes to `[n, 8, 32]`, sub-blocks
+/// Q4_K/Q5_K's low nibbles: `[n, 128]` bytes to `[n, 4, 2, 32]`, sub-blocks
 /// `2c` and `2c + 1` the low and high nibbles of `qs[32c..32c + 32]`.
-fn nibbles_k<'t>(qs: &Tensor<'t>, n: usize) -> Result<Tensor<'t>> {
-    unpack(&qs.reshape(&[n, 4, 32])?, 2, 2, 4, 0x0F)?.reshape(&[n, 8, 32])
+fn nibbles_k<'t>(b: &Blocks<'t>, qs: &Tensor<'t>) -> Result<Tensor<'t>> {
+    unpack(&qs.reshape(&b.sh(&[4, 32]))?, b.d(2), 2, 4, 0x0F)
 }
 
 /// `block_q4_K { d; dmin; scales[12]; qs[128] }`: `d * sc * q - dmin * m`
 /// per 32-value sub-block.
 fn q4_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
-    let n = b.n;
     let d = b.f16()?;
     let dmin = b.f16()?;
-    let (sc, m) = scale_min_k4(&b.take(12)?, n)?;
+    let (sc, m) = scale_min_k4(b, &b.take(12)?)?;
     let qs = b.take(QK_K / 2)?;
-    let dl = per(&d, &sc)?.multiply(&sc)?;
-    let ml = per(&dmin, &m)?.multiply(&m)?;
-    let q = f32(&nibbles_k(&qs, n)?)?;
+    let dl = split(&per(&d, &sc)?.multiply(&sc)?, b.d(1), &[4, 2])?;
+    let ml = split(&per(&dmin, &m)?.multiply(&m)?, b.d(1), &[4, 2])?;
+    let q = f32(&nibbles_k(b, &qs)?)?;
     scaled_minus_min(&dl, &q, &ml)
 }
 
 /// `block_q5_K { d; dmin; scales[12]; qh[32]; qs[128] }`: Q4_K with bit
 /// `j` of `qh[l]` as bit 4 of value `l` of sub-block `j`.
 fn q5_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
-    let n = b.n;
     let d = b.f16()?;
     let dmin = b.f16()?;
-    let (sc, m) = scale_min_k4(&b.take(12)?, n)?;
+    let (sc, m) = scale_min_k4(b, &b.take(12)?)?;
     let qh = b.take(QK_K / 8)?;
     let qs = b.take(QK_K / 2)?;
-    let dl = per(&d, &sc)?.multiply(&sc)?;
-    let ml = per(&dmin, &m)?.multiply(&m)?;
-    let q = nibbles_k(&qs, n)?.or(&shl(&bit_planes(&qh)?, 4)?)?;
+    let dl = split(&per(&d, &sc)?.multiply(&sc)?, b.d(1), &[4, 2])?;
+    let ml = split(&per(&dmin, &m)?.multiply(&m)?, b.d(1), &[4, 2])?;
+    let q = nibbles_k(b, &qs)?.or(&shl(&split(&bit_planes(b, &qh)?, b.d(1), &[4, 2])?, 4)?)?;
     scaled_minus_min(&dl, &f32(&q)?, &ml)
 }
 
@@ -335,17 +387,17 @@ fn q5_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
 /// `ql[64h + r % 64]` (high nibble when `r >= 64`) and its top two bits
 /// from bits `2(r / 32)..` of `qh[32h + r % 32]`.
 fn q6_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
-    let n = b.n;
     let ql = b.take(QK_K / 2)?;
     let qh = b.take(QK_K / 4)?;
     let scales = b.take_i8(QK_K / 16)?;
     let d = b.f16()?;
-    let low = unpack(&ql.reshape(&[n, 2, 64])?, 2, 2, 4, 0x0F)?.reshape(&[n, QK_K])?;
-    let high = unpack(&qh.reshape(&[n, 2, 32])?, 2, 4, 2, 3)?.reshape(&[n, QK_K])?;
-    let q = low.or(&shl(&high, 4)?)?.reshape(&[n, 16, 16])?;
-    let q = minus(&f32(&q)?, 32.0)?;
+    // Value 128h + 64s + 32u + 16w + v: dims [n, h, s, u, w, v].
+    let low = split(&unpack(&ql.reshape(&b.sh(&[2, 64]))?, b.d(2), 2, 4, 0x0F)?, b.d(3), &[2, 2, 16])?;
+    let high = split(&unpack(&qh.reshape(&b.sh(&[2, 32]))?, b.d(2), 4, 2, 3)?, b.d(2), &[2, 2])?;
+    let high = split(&high, b.d(4), &[2, 16])?;
+    let q = minus(&f32(&low.or(&shl(&high, 4)?)?)?, 32.0)?;
     let sc = f32(&scales)?;
-    let dl = per(&d, &sc)?.multiply(&sc)?;
+    let dl = split(&per(&d, &sc)?.multiply(&sc)?, b.d(1), &[2, 2, 2, 2])?;
     per(&dl, &q)?.multiply(&q)
 }
 
@@ -438,6 +490,14 @@ mod tests {
             assert_eq!(y.ty, TensorType::new(shape_of(ty), DType::F32));
             outs.push(y);
         }
+        // The same bytes as rows of blocks, `[2, blocks, type_size]`, to
+        // `[2, blocks, block_dims...]`: the form `Weight::linear` streams.
+        for ((&ty, name), bytes) in TYPES.iter().zip(names).zip(raw) {
+            let p = t.param(name, TensorType::new([bytes.len()], DType::I8)).unwrap();
+            let rows = p.reshape(&[2, BLOCKS / 2, ty.type_size()]).unwrap();
+            let shape = [&[2, BLOCKS / 2][..], block_dims(ty)].concat();
+            outs.push(op(&rows, ty, &shape).unwrap());
+        }
         t.finish(&outs.iter().collect::<Vec<_>>()).unwrap()
     }
 
@@ -478,19 +538,20 @@ mod tests {
         std::fs::write(&mlir_path, lower::lower_to_string(&graph, &LowerOptions::default()).unwrap()).unwrap();
         let vmfb = dir.path().join("module.vmfb");
         iree.compile(&mlir_path, &vmfb).unwrap();
-        let out_paths: Vec<PathBuf> = (0..TYPES.len()).map(|i| dir.path().join(format!("out{i}.npy"))).collect();
+        let out_paths: Vec<PathBuf> = (0..2 * TYPES.len()).map(|i| dir.path().join(format!("out{i}.npy"))).collect();
         iree.run(&vmfb, "main", &[], &[("model", params_path.as_path())], &out_paths).unwrap();
 
         let mut failures = Vec::new();
-        for (i, &ty) in TYPES.iter().enumerate() {
-            if let Some(m) = first_mismatch(&interp_out[i], &expected[i]) {
-                failures.push(format!("{ty} interpreter: {m}"));
+        for (i, ty) in TYPES.iter().chain(&TYPES).enumerate() {
+            let (form, want) = (if i < TYPES.len() { "" } else { " as blocks" }, &expected[i % TYPES.len()]);
+            if let Some(m) = first_mismatch(&interp_out[i], want) {
+                failures.push(format!("{ty}{form} interpreter: {m}"));
             }
-            if let Some(m) = first_mismatch(&decomposed_out[i], &expected[i]) {
-                failures.push(format!("{ty} decomposition, interpreter: {m}"));
+            if let Some(m) = first_mismatch(&decomposed_out[i], want) {
+                failures.push(format!("{ty}{form} decomposition, interpreter: {m}"));
             }
-            if let Some(m) = first_mismatch(&npy::read(&out_paths[i]).unwrap(), &expected[i]) {
-                failures.push(format!("{ty} IREE: {m}"));
+            if let Some(m) = first_mismatch(&npy::read(&out_paths[i]).unwrap(), want) {
+                failures.push(format!("{ty}{form} IREE: {m}"));
             }
         }
         assert!(failures.is_empty(), "{failures:#?}");

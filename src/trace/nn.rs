@@ -693,7 +693,8 @@ pub fn sin_cos<'t>(theta: &Tensor<'t>) -> Result<(Tensor<'t>, Tensor<'t>)> {
 /// `[..., heads, seq, hd_v]`. Logits are soft-capped (Gemma 2) before the
 /// mask, and masked and normalized in f32.
 ///
-/// HF `eager_attention_forward` with `repeat_kv`, llama.cpp `build_attn_mha`.
+/// HF `eager_attention_forward` (its `repeat_kv` is a batch over kv heads
+/// here, nothing is copied), llama.cpp `build_attn_mha`.
 pub fn attention<'t>(
     q: &Tensor<'t>,
     k: &Tensor<'t>,
@@ -728,41 +729,58 @@ pub fn attention<'t>(
             return fail(OP, format!("mask must be i1 and broadcast to the scores {scores}, found {}", m.ty));
         }
     }
-    // repeat_kv: [..., kv_heads, t, d] -> [..., kv_heads, groups, t, d] -> [..., heads, t, d].
+    // Grouped-query heads without repeating k and v (HF `repeat_kv`): q
+    // [..., heads, s, d] is viewed as [..., kv_heads, groups, s, d] and each
+    // kv head is a batch of the products, so the caches are read in place
+    // instead of copied `groups` times per step.
     let groups = heads / kv_heads;
-    let repeat_kv = |x: &Tensor<'t>| -> Result<Tensor<'t>> {
-        if groups == 1 {
-            return Ok(x.clone());
-        }
-        let mut grouped = x.ty.shape.clone();
-        grouped.insert(nb + 1, groups);
-        let dims: Vec<usize> = (0..=nb).chain(nb + 2..=nb + 3).collect();
-        let mut repeated = x.ty.shape.clone();
-        repeated[nb] = heads;
-        x.broadcast_in_dim(&grouped, &dims)?.reshape(&repeated)
+    let grouped = |x: &Tensor<'t>| -> Result<Tensor<'t>> {
+        let mut shape = x.ty.shape.clone();
+        shape.splice(nb..=nb, [kv_heads, groups]);
+        x.reshape(&shape)
     };
-    let (k, v) = (repeat_kv(k)?, repeat_kv(v)?);
-    let batch: Vec<usize> = (0..=nb).collect(); // batch dims and heads
+    let q = grouped(q)?;
+    let g = rank + 1; // rank of the grouped q, scores and output
+    let batch: Vec<usize> = (0..=nb).collect(); // batch dims and kv heads
     let dims = |lhs_contract: usize, rhs_contract: usize| DotDimensions {
         lhs_batching_dimensions: batch.clone(),
         rhs_batching_dimensions: batch.clone(),
         lhs_contracting_dimensions: vec![lhs_contract],
         rhs_contracting_dimensions: vec![rhs_contract],
     };
-    // scores[.., h, s, t] = Σ_d q[.., h, s, d] · k[.., h, t, d]
-    let scores = to_f32(&q.dot_general(&k, dims(rank - 1, rank - 1))?)?;
+    // scores[.., j, g, s, t] = Σ_d q[.., j, g, s, d] · k[.., j, t, d]
+    let scores = to_f32(&q.dot_general(k, dims(g - 1, rank - 1))?)?;
     let mut scores = scores.multiply(&splat(&scores, scale)?)?;
     if let Some(cap) = soft_cap {
         scores = scores.soft_cap(cap)?;
     }
     if let Some(m) = mask {
-        let trailing: Vec<usize> = (rank - m.ty.rank()..rank).collect();
+        // A mask over the heads dim (rank >= 3) is grouped as q is.
+        let m = match m.ty.rank() {
+            r if r >= 3 => {
+                let lead = &scores_shape[rank - r..];
+                let trailing: Vec<usize> = (0..r).collect();
+                grouped_mask(&m.broadcast_in_dim(lead, &trailing)?, r - 3, kv_heads, groups)?
+            }
+            _ => m.clone(),
+        };
+        let trailing: Vec<usize> = (g - m.ty.rank()..g).collect();
         let m = m.broadcast_in_dim(&scores.ty.shape, &trailing)?;
         scores = m.select(&scores, &splat(&scores, f32::MIN as f64)?)?;
     }
-    let probs = cast(&scores.softmax(rank - 1)?, v.ty.dtype)?;
-    // out[.., h, s, e] = Σ_t probs[.., h, s, t] · v[.., h, t, e]
-    probs.dot_general(&v, dims(rank - 1, rank - 2))
+    let probs = cast(&scores.softmax(g - 1)?, v.ty.dtype)?;
+    // out[.., j, g, s, e] = Σ_t probs[.., j, g, s, t] · v[.., j, t, e]
+    let out = probs.dot_general(v, dims(g - 1, rank - 2))?;
+    let mut shape = out.ty.shape.clone();
+    shape.splice(nb..nb + 2, [heads]);
+    out.reshape(&shape)
+}
+
+/// `m [..., heads, s, t]` (heads at `dim`) as `[..., kv_heads, groups, s, t]`.
+fn grouped_mask<'t>(m: &Tensor<'t>, dim: usize, kv_heads: usize, groups: usize) -> Result<Tensor<'t>> {
+    let mut shape = m.ty.shape.clone();
+    shape.splice(dim..=dim, [kv_heads, groups]);
+    m.reshape(&shape)
 }
 
 /// Sizes of the decoder-block example: tiny, so compile and run take ~2 s.

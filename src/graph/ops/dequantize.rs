@@ -24,15 +24,40 @@ pub fn supported(ty: GgmlType) -> bool {
     SUPPORTED.contains(&ty)
 }
 
-/// `declared` (f32, static) if `raw` is 1-D `i8`/`ui8` holding exactly the
-/// bytes of a `ggml` tensor of `declared`'s shape.
+/// `declared` (f32) if `raw` (`i8`/`ui8`) holds exactly the bytes of a
+/// `ggml` tensor of `declared`'s shape: either `raw` is static 1-D and
+/// `declared` static, or `raw` is `[lead..., row_bytes]` (rows of whole
+/// blocks, e.g. gathered from a packed table; one lead dim may be `?`) and
+/// `declared` is `[lead..., row...]`, `row` static dims holding one raw
+/// row's values (`[row_values]`, or `[blocks, block_dims...]`).
 pub fn infer_dequantize(ggml: GgmlType, raw: &TensorType, declared: &TensorType) -> Result<TensorType, ShapeError> {
     let fail = |message: String| Err(ShapeError::new(OP, "kiln", message));
     if !supported(ggml) {
         let names: Vec<&str> = SUPPORTED.iter().map(|t| t.name()).collect();
         return fail(format!("ggml type {ggml} is not supported in graphs (supported: {})", names.join(" ")));
     }
-    if raw.rank() != 1 || raw.is_dynamic() || !matches!(raw.dtype, DType::I8 | DType::UI8) {
+    if !matches!(raw.dtype, DType::I8 | DType::UI8) || raw.rank() == 0 {
+        return fail(format!("{ggml}: expects raw block bytes as a static 1-D i8 or ui8 tensor, found {raw}"));
+    }
+    if raw.rank() > 1 {
+        let (rank, last) = (raw.rank(), raw.shape[raw.rank() - 1]);
+        let row = declared.shape.get(rank - 1..).unwrap_or_default();
+        let rows_fit = declared.dtype == DType::F32
+            && declared.rank() >= rank
+            && declared.shape[..rank - 1] == raw.shape[..rank - 1]
+            && last != crate::graph::DYNAMIC
+            && !row.contains(&crate::graph::DYNAMIC)
+            && ggml.byte_len(row.iter().product::<usize>() as u64) == Some(last as u64);
+        if !rows_fit {
+            return fail(format!(
+                "{ggml}: rows of raw bytes {raw} need an f32 result with the same leading dims and then static \
+                 dims of whole {}-value blocks filling {last} bytes, found {declared}",
+                ggml.block_size()
+            ));
+        }
+        return Ok(declared.clone());
+    }
+    if raw.is_dynamic() {
         return fail(format!("{ggml}: expects raw block bytes as a static 1-D i8 or ui8 tensor, found {raw}"));
     }
     if declared.dtype != DType::F32 || declared.is_dynamic() {
@@ -72,5 +97,17 @@ mod tests {
         assert!(err(GgmlType::Q4_0, "tensor<36xf32>", "tensor<2x32xf32>").contains("1-D i8 or ui8"));
         assert!(err(GgmlType::Q4_0, "tensor<36xi8>", "tensor<2x32xf16>").contains("static f32"));
         assert!(!supported(GgmlType::F16) && !supported(GgmlType::Q8_K));
+    }
+
+    #[test]
+    fn rows_of_blocks_keep_their_leading_dims() {
+        let ok = |raw: &str, out: &str| infer_dequantize(GgmlType::Q4_0, &ty(raw), &ty(out));
+        assert_eq!(ok("tensor<?x36xi8>", "tensor<?x64xf32>").unwrap().to_string(), "tensor<?x64xf32>");
+        assert!(ok("tensor<3x2x18xui8>", "tensor<3x2x32xf32>").is_ok());
+        assert!(ok("tensor<3x36xi8>", "tensor<3x2x2x16xf32>").is_ok());
+        let err = |raw: &str, out: &str| ok(raw, out).unwrap_err().to_string();
+        assert!(err("tensor<?x36xi8>", "tensor<?x32xf32>").contains("filling 36 bytes"));
+        assert!(err("tensor<?x36xi8>", "tensor<4x64xf32>").contains("same leading dims"));
+        assert!(err("tensor<?x36xi8>", "tensor<?x64xf16>").contains("f32 result"));
     }
 }
