@@ -10,7 +10,7 @@ out=target/demo/smollm2
 echo "== kiln export (params read from the GGUF itself, Q4_1 blocks dequantized in the graph) =="
 "$kiln" export "$model" -o "$out" --packed keep --max-context 128
 echo
-echo "== kiln compile (iree-compile, llvm-cpu; a few minutes on 2 cores) =="
+echo "== kiln compile (iree-compile, llvm-cpu, O3; about a minute on 2 cores) =="
 "$kiln" compile "$out"
 echo
 echo "== kiln run (one iree-run-module call: prefill, then a stablehlo.while of greedy decodes) =="

@@ -223,7 +223,7 @@ mod tests {
         let path = dir.path().join("out.bin");
         write_atomically(&path, b"old").unwrap();
         drop(AtomicFile::create(&path).unwrap());
-        let mut named = AtomicFile::create_named(&path).unwrap();
+        let named = AtomicFile::create_named(&path).unwrap();
         let temp = named.temp_path().unwrap().to_path_buf();
         assert!(temp.file_name().unwrap().to_str().unwrap().starts_with(&format!(".kiln-{}-", std::process::id())));
         drop(named);

@@ -477,7 +477,7 @@ impl<'t> Attention<'t> {
             None => (k, v),
         };
         let a = attention(&q, &k, &v, Some(mask), self.scale, None)?;
-        Ok(self.attn_output.linear(&merge_heads(&a)?)?)
+        self.attn_output.linear(&merge_heads(&a)?)
     }
 }
 
@@ -502,7 +502,7 @@ impl<'t> FeedForward<'t> {
     fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
         let gate = self.ffn_gate.linear(h)?.gelu_tanh()?;
         let up = self.ffn_up.linear(h)?;
-        Ok(self.ffn_down.linear(&gate.multiply(&up)?)?)
+        self.ffn_down.linear(&gate.multiply(&up)?)
     }
 }
 

@@ -345,7 +345,7 @@ impl<'t> Attention<'t> {
         };
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         let a = attention(&q, &k, &v, Some(mask), scale, None)?;
-        Ok(self.attn_output.linear(&merge_heads(&a)?)?)
+        self.attn_output.linear(&merge_heads(&a)?)
     }
 }
 
@@ -370,7 +370,7 @@ impl<'t> FeedForward<'t> {
     fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
         let gate = self.ffn_gate.linear(h)?.silu()?;
         let up = self.ffn_up.linear(h)?;
-        Ok(self.ffn_down.linear(&gate.multiply(&up)?)?)
+        self.ffn_down.linear(&gate.multiply(&up)?)
     }
 }
 
@@ -477,7 +477,7 @@ impl<'t> Llama<'t> {
             x = block.forward(&x, &rotation, mask, cache.as_deref_mut().map(|c| (c, layer)))?;
         }
         let x = x.rms_norm(Some(&self.output_norm), c.rms_norm_eps)?;
-        Ok(self.output.linear(&x)?)
+        self.output.linear(&x)
     }
 }
 
