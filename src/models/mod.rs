@@ -365,7 +365,10 @@ impl<'t> Weight<'t> {
     /// matrix product, where the copy is shared by every row.
     pub fn linear(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
         let [out, inp] = self.shape[..] else {
-            return Err(ModelError::Config(format!("{}: linear() needs a matrix, found shape {:?}", self.name, self.shape)));
+            return Err(ModelError::Config(format!(
+                "{}: linear() needs a matrix, found shape {:?}",
+                self.name, self.shape
+            )));
         };
         let rank = x.ty.rank();
         let rows: usize = x.ty.shape[..rank.saturating_sub(1)].iter().product();
@@ -798,8 +801,13 @@ mod tests {
 
     /// (type, in): SmolLM2's 18-block Q4_1 rows (tiles of 4 blocks plus a
     /// 2-block tail), an even Q8_0 row, Q5_0, and the K-quants of Gemma 3.
-    const CASES: [(GgmlType, usize); 5] =
-        [(GgmlType::Q4_1, 576), (GgmlType::Q8_0, 640), (GgmlType::Q5_0, 96), (GgmlType::Q4_K, 512), (GgmlType::Q6_K, 256)];
+    const CASES: [(GgmlType, usize); 5] = [
+        (GgmlType::Q4_1, 576),
+        (GgmlType::Q8_0, 640),
+        (GgmlType::Q5_0, 96),
+        (GgmlType::Q4_K, 512),
+        (GgmlType::Q6_K, 256),
+    ];
     const OUT: usize = 24;
 
     /// `W · x` for each case from a packed param, through `linear` (fused or
@@ -827,12 +835,8 @@ mod tests {
         assert_eq!(dot_generals(&fused), 0, "one row: a broadcast multiply and a sum over the blocks");
         assert_eq!(dot_generals(&linear_graph(2, true)), CASES.len(), "two rows: dequantize, then dot_general");
         // The 18-block Q4_1 rows are a 16-block and a 2-block product.
-        let dequantized: Vec<String> = fused
-            .nodes()
-            .iter()
-            .filter(|n| matches!(n.op, Op::Dequantize { .. }))
-            .map(|n| n.ty.to_string())
-            .collect();
+        let dequantized: Vec<String> =
+            fused.nodes().iter().filter(|n| matches!(n.op, Op::Dequantize { .. })).map(|n| n.ty.to_string()).collect();
         assert!(dequantized.contains(&"tensor<24x16x2x16xf32>".to_string()), "{dequantized:?}");
         assert!(dequantized.contains(&"tensor<24x2x2x16xf32>".to_string()), "{dequantized:?}");
 
