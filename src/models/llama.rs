@@ -847,14 +847,7 @@ mod tests {
         else {
             panic!("Qwen2.5's yarn")
         };
-        let yarn = RopeScaling::Yarn {
-            factor: 4.0,
-            original_max_position_embeddings: 4096,
-            beta_fast: 32.0,
-            beta_slow: 1.0,
-            truncate: true,
-            attention_factor: 0.1 * 4f64.ln() + 1.0,
-        };
+        let yarn = yarn_defaults_4x_of_4096();
         assert_eq!((c.architecture.as_str(), c.rope_scaling, c.qkv_bias), ("qwen2", yarn, true));
 
         let refused = [
@@ -942,6 +935,18 @@ mod tests {
     }
 
     /// The GGUF cases of issue 15: keys kiln does not compute are refused.
+    /// YaRN 4x over 4096 positions with transformers' (and llama.cpp's) defaults.
+    fn yarn_defaults_4x_of_4096() -> RopeScaling {
+        RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position_embeddings: 4096,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            truncate: true,
+            attention_factor: 0.1 * 4f64.ln() + 1.0,
+        }
+    }
+
     #[test]
     fn gguf_keys_are_read_or_refused() {
         let with = |meta: Vec<(&'static str, Meta)>| {
@@ -976,14 +981,7 @@ mod tests {
             ("llama.rope.scaling.original_context_length", Meta::U32(4096)),
         ])
         .unwrap();
-        let yarn = RopeScaling::Yarn {
-            factor: 4.0,
-            original_max_position_embeddings: 4096,
-            beta_fast: 32.0,
-            beta_slow: 1.0,
-            truncate: true,
-            attention_factor: 0.1 * 4f64.ln() + 1.0,
-        };
+        let yarn = yarn_defaults_4x_of_4096();
         assert_eq!(c.rope_scaling, yarn);
     }
 
