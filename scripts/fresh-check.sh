@@ -9,7 +9,7 @@
 # A build that passes on this machine only because of a package installed
 # by hand once (libclang, say) fails here.
 #
-#   scripts/fresh-check.sh                    # as root; 6-10 min on 2 cores
+#   scripts/fresh-check.sh                    # as root; 5-10 min on 2 cores
 #   KILN_FRESH_FULL=1 scripts/fresh-check.sh  # all of `make test` instead of a few lit tests
 #
 # The base root is cached in build/fresh-base (delete it to re-bootstrap);
