@@ -598,6 +598,27 @@ pub fn rope_from_gguf<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>) -> Result<RopeScal
     })
 }
 
+/// `{arch}.vocab_size`, else the rows of `token_embd.weight` (llama.cpp's
+/// converters often leave the key out).
+pub fn vocab_size<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>) -> Result<usize> {
+    if keys.get("vocab_size").is_some() {
+        return keys.count("vocab_size");
+    }
+    let embd =
+        keys.gguf.tensor("token_embd.weight").ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
+    Ok(embd.shape()[0])
+}
+
+/// `{arch}.{name}`, which defaults to `head_dim` and must equal it: kiln
+/// implements no other layout; `refusal` says what it would take.
+pub fn head_dim_only<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>, name: &str, head_dim: usize, refusal: &str) -> Result<()> {
+    let n = keys.int_or(name, head_dim)?;
+    if n != head_dim {
+        return Err(keys.error(name, n, refusal));
+    }
+    Ok(())
+}
+
 /// The GGUF keys of mixture-of-experts models: refused while kiln has no MoE.
 pub fn refuse_experts<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>) -> Result<()> {
     for name in ["expert_count", "expert_used_count", "expert_shared_count"] {

@@ -114,23 +114,13 @@ impl Config {
             ));
         }
         let head_dim = keys.int_or("attention.key_length", embedding_length / head_count)?;
-        let vocab_size = match keys.get("vocab_size") {
-            Some(_) => keys.count("vocab_size")?,
-            None => {
-                let embd = gguf
-                    .tensor("token_embd.weight")
-                    .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
-                embd.shape()[0]
-            }
-        };
-        let rope_dimension_count = keys.int_or("rope.dimension_count", head_dim)?;
-        if rope_dimension_count != head_dim {
-            return Err(keys.error(
-                "rope.dimension_count",
-                rope_dimension_count,
-                format!("partial rotary embeddings are not supported (kiln rotates the whole head of {head_dim})"),
-            ));
-        }
+        let vocab_size = config::vocab_size(&keys)?;
+        config::head_dim_only(
+            &keys,
+            "rope.dimension_count",
+            head_dim,
+            &format!("partial rotary embeddings are not supported (kiln rotates the whole head of {head_dim})"),
+        )?;
         let block_count = keys.count("block_count")?;
         let sliding_window = match keys.get("attention.sliding_window") {
             Some(_) => Some(keys.count("attention.sliding_window")?),

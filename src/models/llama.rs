@@ -101,31 +101,19 @@ impl Config {
                 ))
             }
         };
-        let value_length = keys.int_or("attention.value_length", head_dim)?;
-        if value_length != head_dim {
-            return Err(keys.error(
-                "attention.value_length",
-                value_length,
-                format!("kiln needs the key length {head_dim}"),
-            ));
-        }
-        let vocab_size = match keys.get("vocab_size") {
-            Some(_) => keys.count("vocab_size")?,
-            None => {
-                let embd = gguf
-                    .tensor("token_embd.weight")
-                    .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
-                embd.shape()[0]
-            }
-        };
-        let rope_dimension_count = keys.int_or("rope.dimension_count", head_dim)?;
-        if rope_dimension_count != head_dim {
-            return Err(keys.error(
-                "rope.dimension_count",
-                rope_dimension_count,
-                format!("partial rotary embeddings are not supported (kiln rotates the whole head of {head_dim})"),
-            ));
-        }
+        config::head_dim_only(
+            &keys,
+            "attention.value_length",
+            head_dim,
+            &format!("kiln needs the key length {head_dim}"),
+        )?;
+        let vocab_size = config::vocab_size(&keys)?;
+        config::head_dim_only(
+            &keys,
+            "rope.dimension_count",
+            head_dim,
+            &format!("partial rotary embeddings are not supported (kiln rotates the whole head of {head_dim})"),
+        )?;
         let config = Config {
             block_count: keys.count("block_count")?,
             embedding_length,
@@ -133,7 +121,7 @@ impl Config {
             head_count,
             head_count_kv,
             head_dim,
-            rope_dimension_count,
+            rope_dimension_count: head_dim,
             rope_freq_base: keys.positive_f64("rope.freq_base", Some(10000.0))?,
             rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
             vocab_size,
