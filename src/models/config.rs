@@ -619,6 +619,39 @@ pub fn head_dim_only<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>, name: &str, head_di
     Ok(())
 }
 
+/// The head layout every family needs, from either source: kv heads that
+/// divide the query heads, and an even head for the rotary pairs.
+/// `head_dim_key` is the family's GGUF key for the head width; `error(key,
+/// value, message)` names a GGUF key in the source's own spelling.
+pub fn check_heads(
+    head_count: usize,
+    head_count_kv: usize,
+    head_dim: usize,
+    head_dim_key: &str,
+    error: &impl Fn(&str, usize, String) -> ModelError,
+) -> Result<()> {
+    if head_count_kv == 0 || !head_count.is_multiple_of(head_count_kv) {
+        return Err(error(
+            "attention.head_count_kv",
+            head_count_kv,
+            format!("must divide the {head_count} query heads"),
+        ));
+    }
+    if !head_dim.is_multiple_of(2) {
+        return Err(error(head_dim_key, head_dim, "rotary embeddings need an even head".into()));
+    }
+    Ok(())
+}
+
+/// The config.json name of a GGUF key that a family's `Config::check` names.
+pub fn hf_name(gguf_key: &str) -> &str {
+    match gguf_key {
+        "attention.head_count_kv" => "num_key_value_heads",
+        "rope.dimension_count" | "attention.key_length" => "head_dim",
+        other => other,
+    }
+}
+
 /// The GGUF keys of mixture-of-experts models: refused while kiln has no MoE.
 pub fn refuse_experts<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>) -> Result<()> {
     for name in ["expert_count", "expert_used_count", "expert_shared_count"] {

@@ -318,14 +318,7 @@ impl Config {
             w.get::<bool>("tie_word_embeddings")?;
             w.finish()?;
         }
-        config.check(|key, value: usize, message| {
-            let key = match key {
-                "attention.head_count_kv" => "num_key_value_heads",
-                "attention.key_length" => "head_dim",
-                other => other,
-            };
-            keys.error(key, &value.into(), message)
-        })
+        config.check(|key, value: usize, message| keys.error(config::hf_name(key), &value.into(), message))
     }
 
     /// Whether layer `i` attends within the sliding window (local) rather
@@ -337,13 +330,7 @@ impl Config {
     /// What both sources must satisfy: kv heads dividing the heads, even
     /// heads, one `sliding` entry per block.
     fn check(self, error: impl Fn(&str, usize, String) -> ModelError) -> Result<Config> {
-        if self.head_count_kv == 0 || !self.head_count.is_multiple_of(self.head_count_kv) {
-            let message = format!("must divide the {} query heads", self.head_count);
-            return Err(error("attention.head_count_kv", self.head_count_kv, message));
-        }
-        if !self.head_dim.is_multiple_of(2) {
-            return Err(error("attention.key_length", self.head_dim, "rotary embeddings need an even head".into()));
-        }
+        config::check_heads(self.head_count, self.head_count_kv, self.head_dim, "attention.key_length", &error)?;
         assert_eq!(self.sliding.len(), self.block_count, "both readers give one entry per block");
         Ok(self)
     }

@@ -201,27 +201,14 @@ impl Config {
         // Read by SafetensorsWeights, through HfConfig::tie_word_embeddings.
         keys.get::<bool>("tie_word_embeddings")?;
         keys.finish()?;
-        config.check(|key, value: usize, message| {
-            let key = match key {
-                "attention.head_count_kv" => "num_key_value_heads",
-                "rope.dimension_count" => "head_dim",
-                other => other,
-            };
-            keys.error(key, &value.into(), message)
-        })
+        config.check(|key, value: usize, message| keys.error(config::hf_name(key), &value.into(), message))
     }
 
     /// What both sources must satisfy: kv heads dividing the heads, an even
     /// head, a window of at least one token. `error(key, value, message)`
     /// names the key in the source's own spelling.
     fn check(self, error: impl Fn(&str, usize, String) -> ModelError) -> Result<Config> {
-        if self.head_count_kv == 0 || !self.head_count.is_multiple_of(self.head_count_kv) {
-            let message = format!("must divide the {} query heads", self.head_count);
-            return Err(error("attention.head_count_kv", self.head_count_kv, message));
-        }
-        if !self.head_dim.is_multiple_of(2) {
-            return Err(error("rope.dimension_count", self.head_dim, "rotary embeddings need an even head".into()));
-        }
+        config::check_heads(self.head_count, self.head_count_kv, self.head_dim, "rope.dimension_count", &error)?;
         if self.sliding_window == Some(0) {
             return Err(error("sliding_window", 0, "must be positive".into()));
         }
