@@ -619,6 +619,13 @@ pub fn head_dim_only<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>, name: &str, head_di
     Ok(())
 }
 
+/// `{arch}.rope.dimension_count`, which must be the whole head: kiln has no
+/// partial rotary embeddings.
+pub fn full_rotary<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>, head_dim: usize) -> Result<()> {
+    let refusal = format!("partial rotary embeddings are not supported (kiln rotates the whole head of {head_dim})");
+    head_dim_only(keys, "rope.dimension_count", head_dim, &refusal)
+}
+
 /// The head layout every family needs, from either source: kv heads that
 /// divide the query heads, and an even head for the rotary pairs.
 /// `head_dim_key` is the family's GGUF key for the head width; `error(key,

@@ -115,12 +115,7 @@ impl Config {
         }
         let head_dim = keys.int_or("attention.key_length", embedding_length / head_count)?;
         let vocab_size = config::vocab_size(&keys)?;
-        config::head_dim_only(
-            &keys,
-            "rope.dimension_count",
-            head_dim,
-            &format!("partial rotary embeddings are not supported (kiln rotates the whole head of {head_dim})"),
-        )?;
+        config::full_rotary(&keys, head_dim)?;
         let block_count = keys.count("block_count")?;
         let sliding_window = match keys.get("attention.sliding_window") {
             Some(_) => Some(keys.count("attention.sliding_window")?),

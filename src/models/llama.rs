@@ -108,12 +108,7 @@ impl Config {
             &format!("kiln needs the key length {head_dim}"),
         )?;
         let vocab_size = config::vocab_size(&keys)?;
-        config::head_dim_only(
-            &keys,
-            "rope.dimension_count",
-            head_dim,
-            &format!("partial rotary embeddings are not supported (kiln rotates the whole head of {head_dim})"),
-        )?;
+        config::full_rotary(&keys, head_dim)?;
         let config = Config {
             block_count: keys.count("block_count")?,
             embedding_length,
