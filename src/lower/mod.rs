@@ -21,6 +21,7 @@ mod emit;
 mod gather;
 mod generate;
 mod layout;
+mod packed_matvec;
 mod reduce;
 
 use crate::graph::{DType, Graph, Op, TensorType, DYNAMIC};
@@ -538,6 +539,9 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Gather => gather::lower_gather(self, operands[0], operands[1], operand_types[0], operand_types[1], ty),
             Op::Reduce { kind, dimensions } => reduce::lower_reduce(self, *kind, operands[0], dimensions, ty),
             Op::Dequantize { ggml } => dequantize::lower_dequantize(self, *ggml, operands[0], operand_types[0], ty),
+            Op::PackedMatvec { ggml } => {
+                packed_matvec::lower_packed_matvec(self, *ggml, operands[0], operand_types[0], operands[1], ty)
+            }
         }
     }
 }

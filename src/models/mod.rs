@@ -15,7 +15,7 @@ pub mod llama;
 
 pub use cache::{Cache, KvCache};
 
-use crate::graph::{DType, Graph, ReduceKind, TensorType, DYNAMIC};
+use crate::graph::{DType, Graph, TensorType, DYNAMIC};
 use crate::interp::{Buffer, InterpError, ParamSource, Value};
 use crate::params::archive::{self, DerivedParam, Encoding};
 use crate::trace::nn::to_f32;
@@ -355,14 +355,12 @@ impl<'t> Weight<'t> {
 
     /// `x · Wᵀ` for this `[out, in]` matrix: `x [..., in]` -> `[..., out]`.
     ///
-    /// A packed weight times a static `x` of at most [`Weight::FUSED_ROWS`]
-    /// rows (decode) is a broadcast multiply and a sum over the blocks, the
-    /// weight dequantized to `[out, in / block, block_dims...]` and `x`
-    /// reshaped to match: IREE fuses the dequantization into that
-    /// reduction, so each call streams the blocks instead of writing an f32
-    /// copy of the weight, and no transpose of the weight is made. Longer
-    /// (prefill) or dynamic `x` dequantize the whole matrix once and run a
-    /// matrix product, where the copy is shared by every row.
+    /// A packed weight times one static row of `x` (decode) is a
+    /// `packed_matvec`, which streams the blocks and decodes them inside
+    /// the product: no f32 copy of the weight is written and no transpose
+    /// made. More rows (prefill) or a dynamic `x` dequantize the whole
+    /// matrix once and run a matrix product, where the copy is shared by
+    /// every row.
     pub fn linear(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
         let [out, inp] = self.shape[..] else {
             return Err(ModelError::Config(format!(
@@ -371,60 +369,20 @@ impl<'t> Weight<'t> {
             )));
         };
         let rank = x.ty.rank();
-        let rows: usize = x.ty.shape[..rank.saturating_sub(1)].iter().product();
+        let one_row = !x.ty.is_dynamic()
+            && x.ty.dtype == DType::F32
+            && rank >= 1
+            && x.ty.shape[rank - 1] == inp
+            && x.ty.num_elements() == inp;
         match self.packed {
-            Some(ty)
-                if !x.ty.is_dynamic()
-                    && x.ty.dtype == DType::F32
-                    && rank >= 1
-                    && x.ty.shape[rank - 1] == inp
-                    && rows <= Self::FUSED_ROWS
-                    && !dequant::block_dims(ty).is_empty() =>
-            {
-                let dims = dequant::block_dims(ty);
-                let (blocks, ts) = (inp / ty.block_size(), ty.type_size());
-                let (x2, bs) = (x.reshape(&[rows, inp])?, ty.block_size());
-                // [out, blocks, type_size]: a slice of whole blocks is then a
-                // strided view IREE reads in place (a slice of the flat rows
-                // reshaped into blocks is copied out first).
-                let raw = self.raw.reshape(&[out, blocks, ts])?;
-                // Σ over blocks [start, end) of x · W.
-                let part = |start: usize, end: usize| -> Result<Tensor<'t>> {
-                    let whole = (start, end) == (0, blocks);
-                    let raw = if whole { raw.clone() } else { raw.slice(&[0, start, 0], &[out, end, ts], &[1, 1, 1])? };
-                    let w = dequant::dequantize(&raw, ty, &[&[out, end - start][..], dims].concat())?;
-                    // x is sliced flat and then reshaped, so that each part
-                    // reads a contiguous x whose block dims IREE can collapse.
-                    let xs = if whole { x2.clone() } else { x2.slice(&[0, start * bs], &[rows, end * bs], &[1, 1])? };
-                    let xb = xs.reshape(&[&[rows, end - start][..], dims].concat())?;
-                    let full = [&[rows, out, end - start][..], dims].concat();
-                    let inner: Vec<usize> = (2..full.len()).collect();
-                    let xb = xb.broadcast_in_dim(&full, &[&[0][..], &inner].concat())?;
-                    let wb = w.broadcast_in_dim(&full, &(1..full.len()).collect::<Vec<_>>())?;
-                    Ok(xb.multiply(&wb)?.reduce(ReduceKind::Sum, &inner)?)
-                };
-                // IREE 3.13's llvm-cpu reduction tiles a 32-value-block row
-                // by 4 blocks; a remainder runs ~7x slower per block than the
-                // tiles (SmolLM2's 18-block rows: 1.79 vs 0.24 ms for a
-                // 1536x576 Q4_1 matvec), so the last `blocks % 4` blocks are
-                // a product of their own. K-quant rows (16 or 8 sub-blocks a
-                // block) always tile evenly.
-                let tail = if ty.block_size() == 32 && blocks > 4 { blocks % 4 } else { 0 };
-                let y = match tail {
-                    0 => part(0, blocks)?,
-                    _ => part(0, blocks - tail)?.add(&part(blocks - tail, blocks)?)?,
-                };
+            Some(ty) if one_row => {
+                let raw = self.raw.reshape(&[out, inp / ty.block_size(), ty.type_size()])?;
+                let y = dequant::packed_matvec(&raw, ty, &x.reshape(&[1, inp])?)?;
                 Ok(y.reshape(&[&x.ty.shape[..rank - 1], &[out][..]].concat())?)
             }
             _ => Ok(x.linear(&self.f32()?)?),
         }
     }
-
-    /// The most rows of `x` for which [`Weight::linear`] fuses the
-    /// dequantization into the product: a decode step's one. Beyond a few
-    /// rows the fused form repeats the dequantization per row tile, where
-    /// one dense copy serves them all.
-    pub const FUSED_ROWS: usize = 1;
 
     /// Rows `ids` (`[n]` integer, `n` may be `?`) of a matrix, as f32 `[n,
     /// cols]`: an embedding lookup. A packed table gathers the rows' bytes
@@ -832,13 +790,10 @@ mod tests {
     #[test]
     fn one_row_linear_streams_the_blocks_and_agrees_with_dequantize_then_dot() {
         let fused = linear_graph(1, true);
-        assert_eq!(dot_generals(&fused), 0, "one row: a broadcast multiply and a sum over the blocks");
+        let count = |g: &Graph, f: fn(&Op) -> bool| g.nodes().iter().filter(|n| f(&n.op)).count();
+        assert_eq!(count(&fused, |op| matches!(op, Op::PackedMatvec { .. })), CASES.len(), "one row: packed_matvec");
+        assert_eq!(count(&fused, |op| matches!(op, Op::Dequantize { .. } | Op::DotGeneral(_))), 0);
         assert_eq!(dot_generals(&linear_graph(2, true)), CASES.len(), "two rows: dequantize, then dot_general");
-        // The 18-block Q4_1 rows are a 16-block and a 2-block product.
-        let dequantized: Vec<String> =
-            fused.nodes().iter().filter(|n| matches!(n.op, Op::Dequantize { .. })).map(|n| n.ty.to_string()).collect();
-        assert!(dequantized.contains(&"tensor<24x16x2x16xf32>".to_string()), "{dequantized:?}");
-        assert!(dequantized.contains(&"tensor<24x2x2x16xf32>".to_string()), "{dequantized:?}");
 
         let dir = tempfile::tempdir().unwrap();
         let params_path = dir.path().join("params.safetensors");

@@ -36,6 +36,12 @@ pub fn dequantize<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result
     raw.tracer.push("", Op::Dequantize { ggml: ty }, &[raw], Some(TensorType::new(shape.to_vec(), DType::F32)))
 }
 
+/// `x [1, k]` times the transpose of the packed matrix whose blocks are
+/// `raw [rows, blocks, type_size]`: `[1, rows]` (see `Op::PackedMatvec`).
+pub fn packed_matvec<'t>(raw: &Tensor<'t>, ty: GgmlType, x: &Tensor<'t>) -> Result<Tensor<'t>> {
+    raw.tracer.push("", Op::PackedMatvec { ggml: ty }, &[raw, x], None)
+}
+
 /// How [`decompose`] shapes one block's values before its final reshape:
 /// dims whose row-major order is ggml's value order, split (never merged)
 /// along the way the bits are unpacked. `dequantize` to `[rows, blocks,
@@ -447,8 +453,12 @@ mod tests {
     /// (exponent field 0..=20, random sign and mantissa), as in
     /// `test/quant/gguf_reference.py`.
     fn random_blocks(ty: GgmlType, seed: u64) -> Vec<u8> {
+        random_blocks_n(ty, seed, BLOCKS)
+    }
+
+    fn random_blocks_n(ty: GgmlType, seed: u64, blocks: usize) -> Vec<u8> {
         let mut state = seed ^ u64::from(ty.id()).wrapping_mul(0x1000_0000_01b3);
-        let mut bytes: Vec<u8> = (0..BLOCKS * ty.type_size()).map(|_| splitmix64(&mut state) as u8).collect();
+        let mut bytes: Vec<u8> = (0..blocks * ty.type_size()).map(|_| splitmix64(&mut state) as u8).collect();
         for block in bytes.chunks_exact_mut(ty.type_size()) {
             for &off in f16_fields(ty) {
                 let r = splitmix64(&mut state);
@@ -552,6 +562,77 @@ mod tests {
             }
             if let Some(m) = first_mismatch(&npy::read(&out_paths[i]).unwrap(), want) {
                 failures.push(format!("{ty}{form} IREE: {m}"));
+            }
+        }
+        assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    /// `packed_matvec` of every type it takes, through IREE (the blocks
+    /// decoded in a `linalg.generic`'s body) and the interpreter, against
+    /// the CPU dequantizer and an f64 dot: every bit of every field is
+    /// random, so a misread bit or field shows.
+    #[test]
+    fn packed_matvec_matches_the_cpu_dequantizer_and_dot() {
+        const ROWS: usize = 21; // not a whole number of the lowering's 16-row tiles
+        let t = Tracer::new("main");
+        let (mut outs, mut raws, mut xs) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, &ty) in TYPES.iter().enumerate() {
+            let blocks = 512 / ty.block_size();
+            let raw = random_blocks_n(ty, 0x3a7 + i as u64, ROWS * blocks);
+            // One type reads its blocks as ui8, the dtype packed params have.
+            let dtype = if ty == GgmlType::Q4_1 { DType::UI8 } else { DType::I8 };
+            let p = t.param(&format!("w{i}"), TensorType::new([raw.len()], dtype)).unwrap();
+            let x = t.input(&format!("x{i}"), TensorType::new([1, 512], DType::F32)).unwrap();
+            let rows = p.reshape(&[ROWS, blocks, ty.type_size()]).unwrap();
+            outs.push(packed_matvec(&rows, ty, &x).unwrap());
+            let seed = 0x51 + i as u64;
+            xs.push(Value::random(&x.ty, seed, 0..1));
+            raws.push((format!("w{i}"), dtype, raw));
+        }
+        let graph = t.finish(&outs.iter().collect::<Vec<_>>()).unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let params_path = dir.path().join("params.safetensors");
+        let shapes: Vec<[usize; 1]> = raws.iter().map(|(_, _, b)| [b.len()]).collect();
+        let tensors: Vec<(&str, StDType, &[usize], &[u8])> = raws
+            .iter()
+            .zip(&shapes)
+            .map(|((n, dt, b), s)| {
+                (n.as_str(), if *dt == DType::UI8 { StDType::U8 } else { StDType::I8 }, s.as_slice(), b.as_slice())
+            })
+            .collect();
+        safetensors::write(&params_path, &tensors, &BTreeMap::new()).unwrap();
+        let params = SafeTensors::open(&params_path).unwrap();
+        let interp_out = interp::run(&graph, &xs, &params).unwrap();
+
+        let iree = Iree::for_tests();
+        let mlir = lower::lower_to_string(&graph, &LowerOptions::default()).unwrap();
+        assert_eq!(mlir.matches("\"linalg.generic\"").count(), TYPES.len(), "one generic per product");
+        let mlir_path = dir.path().join("module.mlir");
+        std::fs::write(&mlir_path, mlir).unwrap();
+        let vmfb = dir.path().join("module.vmfb");
+        iree.compile(&mlir_path, &vmfb).unwrap();
+        let in_paths: Vec<PathBuf> = (0..xs.len()).map(|i| dir.path().join(format!("x{i}.npy"))).collect();
+        for (path, x) in in_paths.iter().zip(&xs) {
+            npy::write(path, x).unwrap();
+        }
+        let out_paths: Vec<PathBuf> = (0..xs.len()).map(|i| dir.path().join(format!("y{i}.npy"))).collect();
+        iree.run(&vmfb, "main", &in_paths, &[("model", params_path.as_path())], &out_paths).unwrap();
+
+        let mut failures = Vec::new();
+        for (i, &ty) in TYPES.iter().enumerate() {
+            let w = quant::dequantize_to_vec(ty, &raws[i].2).unwrap();
+            let x = xs[i].to_f64_vec();
+            let got_iree = npy::read(&out_paths[i]).unwrap().to_f64_vec();
+            let got_interp = interp_out[i].to_f64_vec();
+            for (r, row) in w.chunks(512).enumerate() {
+                let want: f64 = row.iter().zip(&x).map(|(&w, x)| w as f64 * x).sum();
+                let scale: f64 = row.iter().zip(&x).map(|(&w, x)| (w as f64 * x).abs()).sum();
+                for (who, got, tol) in [("IREE", got_iree[r], 1e-5), ("interpreter", got_interp[r], 1e-7)] {
+                    if (got - want).abs() > tol * scale.max(1e-30) {
+                        failures.push(format!("{ty} row {r} {who}: {got} vs {want} (scale {scale})"));
+                    }
+                }
             }
         }
         assert!(failures.is_empty(), "{failures:#?}");

@@ -77,6 +77,42 @@ pub fn infer_dequantize(ggml: GgmlType, raw: &TensorType, declared: &TensorType)
     Ok(declared.clone())
 }
 
+/// `[1, rows]` f32 for `raw` `[rows, blocks, type_size]` (`i8`/`ui8`) and
+/// `x` `[1, blocks * block_size]` f32.
+pub fn infer_packed_matvec(ggml: GgmlType, raw: &TensorType, x: &TensorType) -> Result<TensorType, ShapeError> {
+    const OP: &str = "packed_matvec";
+    if !supported(ggml) {
+        let names: Vec<&str> = SUPPORTED.iter().map(|t| t.name()).collect();
+        return Err(ShapeError::new(
+            OP,
+            "kiln",
+            format!("ggml type {ggml} is not supported (supported: {})", names.join(" ")),
+        ));
+    }
+    let blocks = match raw.shape[..] {
+        [rows, blocks, size]
+            if matches!(raw.dtype, DType::I8 | DType::UI8)
+                && !raw.is_dynamic()
+                && rows > 0
+                && size == ggml.type_size() =>
+        {
+            blocks
+        }
+        _ => {
+            return Err(ShapeError::new(
+                OP,
+                "kiln",
+                format!("{ggml}: expects blocks as static i8 or ui8 [rows, blocks, {}], found {raw}", ggml.type_size()),
+            ))
+        }
+    };
+    let k = blocks * ggml.block_size();
+    if x.dtype != DType::F32 || x.shape[..] != [1, k] {
+        return Err(ShapeError::new(OP, "kiln", format!("{ggml}: {raw} needs x as tensor<1x{k}xf32>, found {x}")));
+    }
+    Ok(TensorType::new([1, raw.shape[0]], DType::F32))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

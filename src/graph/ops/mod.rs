@@ -121,6 +121,13 @@ pub enum Op {
         /// The blocks' ggml type.
         ggml: GgmlType,
     },
+    /// `x [1, k]` f32 times the transpose of a packed `[rows, k]` matrix
+    /// given as its blocks `[rows, blocks, type_size]`: `[1, rows]` f32,
+    /// dequantizing as it streams the blocks (a decode step's product).
+    PackedMatvec {
+        /// The blocks' ggml type.
+        ggml: GgmlType,
+    },
 }
 
 /// An attribute value in the graph text: `3`, `1.5`, `[1, 0]`, `LT`.
@@ -184,6 +191,7 @@ impl Op {
             Op::Gather => "gather",
             Op::Reduce { .. } => "reduce",
             Op::Dequantize { .. } => "dequantize",
+            Op::PackedMatvec { .. } => "packed_matvec",
         }
     }
 
@@ -220,9 +228,13 @@ impl Op {
             | Op::Slice { .. }
             | Op::Reduce { .. }
             | Op::Dequantize { .. } => (1, false),
-            Op::Binary(_) | Op::Bitwise(_) | Op::Compare(_) | Op::Pad { .. } | Op::DotGeneral(_) | Op::Gather => {
-                (2, false)
-            }
+            Op::Binary(_)
+            | Op::Bitwise(_)
+            | Op::Compare(_)
+            | Op::Pad { .. }
+            | Op::DotGeneral(_)
+            | Op::Gather
+            | Op::PackedMatvec { .. } => (2, false),
             Op::Clamp | Op::Select => (3, false),
             Op::Concatenate { .. } => (0, true),
             Op::DynamicSlice { .. } => (1, true),
@@ -289,6 +301,7 @@ impl Op {
             Op::Dequantize { ggml } => {
                 dequantize::infer_dequantize(*ggml, operands[0], declared.expect("declared-type op"))
             }
+            Op::PackedMatvec { ggml } => dequantize::infer_packed_matvec(*ggml, operands[0], operands[1]),
         }?;
         Ok(inferred)
     }
@@ -338,7 +351,9 @@ impl Op {
                 ("kind", AttrValue::Ident(kind.as_str().into())),
                 ("dimensions", AttrValue::Ints(dimensions.clone())),
             ],
-            Op::Dequantize { ggml } => vec![("ggml_type", AttrValue::Ident(ggml.name().into()))],
+            Op::Dequantize { ggml } | Op::PackedMatvec { ggml } => {
+                vec![("ggml_type", AttrValue::Ident(ggml.name().into()))]
+            }
         }
     }
 
@@ -380,6 +395,7 @@ impl Op {
             "gather" => Op::Gather,
             "reduce" => Op::Reduce { kind: attrs.ident("kind")?.parse()?, dimensions: attrs.ints("dimensions")? },
             "dequantize" => Op::Dequantize { ggml: attrs.ident("ggml_type")?.parse()? },
+            "packed_matvec" => Op::PackedMatvec { ggml: attrs.ident("ggml_type")?.parse()? },
             other => {
                 if let Some(u) = UnaryOp::ALL.iter().find(|u| u.name() == other) {
                     Op::Unary(*u)

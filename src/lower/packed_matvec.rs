@@ -1,0 +1,527 @@
+//! `packed_matvec` as one `linalg.generic` that decodes the ggml blocks in
+//! its body, with a CPU lowering config that IREE keeps.
+//!
+//! Why not StableHLO: IREE 3.13 vectorizes a reduction over a packed row
+//! along the values of one block and sums each vector across its lanes
+//! every step (a shuffle tree per 16 values), and fuses any elementwise
+//! dequantization into the reduction, dropping a lowering config given to
+//! it. Here the op keeps 16 lanes as a *parallel* dim: `part[n, l] =
+//! Σ_b Σ_g w[n, b, g, l] · x[b, g, l]` over the blocks `b` and the block's
+//! lane groups `g`, accumulated in one vector register per row, and only
+//! the final `Σ_l part[n, l]` (a small `stablehlo.reduce`) crosses lanes.
+//! The generic's operands are plain slices of the block bytes (each lane
+//! group's 16 contiguous bytes, each scalar field's byte), which IREE reads
+//! in place; the decoding is the CPU dequantizer's arithmetic, so every
+//! weight is bit-exact with it (each product below is exact in f32).
+//!
+//! The lowering config is llvm-cpu's (`iree::COMPILE_FLAGS`): 16 rows per
+//! workgroup, 16 lanes per vector, one block per reduction step.
+
+use super::constant::lower_constant;
+use super::dialects::stablehlo;
+use super::reduce::lower_reduce;
+use super::{Emitter, LowerError};
+use crate::graph::{DType, ReduceKind, TensorType};
+use crate::weights::ggml::GgmlType;
+use melior::ir::attribute::IntegerAttribute;
+use melior::ir::operation::OperationBuilder;
+use melior::ir::r#type::IntegerType;
+use melior::ir::{Block, BlockLike, Identifier, Region, RegionLike, Type, Value, ValueLike};
+use melior::Context;
+use std::collections::HashMap;
+
+/// Lanes per vector: one AVX-512 register of f32.
+const LANES: usize = 16;
+
+const COMPILATION_INFO: &str = "#iree_codegen.compilation_info<lowering_config = \
+    #iree_cpu.lowering_config<distribution = [16, 16, 0], vector_common_parallel = [1, 16, 0], \
+    vector_reduction = [0, 0, 1]>, translation_info = \
+    #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>>";
+
+pub(super) fn lower_packed_matvec<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    ggml: GgmlType,
+    raw: Value<'c, 'a>,
+    raw_ty: &TensorType,
+    x: Value<'c, 'a>,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let [rows, blocks, size] = raw_ty.shape[..] else {
+        return Err(e.error(format!("packed_matvec: expects [rows, blocks, type_size] bytes, found {raw_ty}")));
+    };
+    let ctx = e.ctx();
+    // arith takes signless integers: view ui8 bytes as i8.
+    let bytes_ty = TensorType::new([rows, blocks, size], DType::I8);
+    let raw = match raw_ty.dtype {
+        DType::I8 => raw,
+        _ => e.emit(stablehlo::bitcast_convert(ctx, e.tensor_type(&bytes_ty), raw, e.loc()))?,
+    };
+    let bs = ggml.block_size();
+    let x_ty = TensorType::new([blocks, bs], DType::F32);
+    let x = e.emit(stablehlo::reshape(ctx, e.tensor_type(&x_ty), x, e.loc()))?;
+
+    let mut operands = Operands { e, raw, x, blocks, rows, values: Vec::new(), maps: Vec::new(), args: HashMap::new() };
+    let body = Block::new(&[]);
+    {
+        let mut b = Body { ctx, block: &body, operands: &mut operands };
+        let terms = decode(&mut b, ggml)?;
+        let mut sum = None;
+        for (w, group) in terms {
+            let xg = b.x_group(group)?;
+            let p = b.binary("arith.mulf", w, xg);
+            sum = Some(match sum {
+                None => p,
+                Some(s) => b.binary("arith.addf", s, p),
+            });
+        }
+        let sum = sum.ok_or_else(|| e.error("packed_matvec: a block with no values"))?;
+        let acc = body.add_argument(b.f32(), e.loc());
+        let total = b.binary("arith.addf", acc, sum);
+        body.append_operation(
+            OperationBuilder::new("linalg.yield", e.loc())
+                .add_operands(&[total])
+                .build()
+                .map_err(|err| e.error(format!("linalg.yield: {err}")))?,
+        );
+    }
+    let Operands { values, maps, .. } = operands;
+
+    let part_ty = TensorType::new([rows, LANES], DType::F32);
+    let init = lower_constant(e, 0.0, &part_ty)?;
+    let maps = format!("[{}, affine_map<(n, l, b) -> (n, l)>]", maps.join(", "));
+    let parallel = "#linalg.iterator_type<parallel>";
+    let iterators = format!("[{parallel}, {parallel}, #linalg.iterator_type<reduction>]");
+    let segments = format!("array<i32: {}, 1>", values.len());
+    let region = Region::new();
+    region.append_block(body);
+    let attr = |name: &str, text: &str| -> Result<_, LowerError> {
+        Ok((Identifier::new(ctx, name), e.parse_attribute(text)?))
+    };
+    let generic = OperationBuilder::new("linalg.generic", e.loc())
+        .add_operands(&values)
+        .add_operands(&[init])
+        .add_results(&[e.tensor_type(&part_ty)])
+        .add_attributes(&[
+            attr("indexing_maps", &maps)?,
+            attr("iterator_types", &iterators)?,
+            attr("operandSegmentSizes", &segments)?,
+            attr("compilation_info", COMPILATION_INFO)?,
+        ])
+        .add_regions([region])
+        .build()
+        .map_err(|err| e.error(format!("linalg.generic: {err}")))?;
+    let part = e.emit(generic)?;
+    let y = lower_reduce(e, ReduceKind::Sum, part, &[1], &TensorType::new([rows], DType::F32))?;
+    e.emit(stablehlo::reshape(ctx, e.tensor_type(ty), y, e.loc()))
+}
+
+/// The generic's inputs, each added once at its first use: a slice of the
+/// block bytes or of `x`, its indexing map, and its body argument.
+struct Operands<'e, 'c, 'a> {
+    e: &'e Emitter<'c, 'a>,
+    raw: Value<'c, 'a>,
+    x: Value<'c, 'a>,
+    blocks: usize,
+    rows: usize,
+    values: Vec<Value<'c, 'a>>,
+    maps: Vec<&'static str>,
+    args: HashMap<Input, usize>,
+}
+
+#[derive(Clone, Copy, Hash, PartialEq, Eq)]
+enum Input {
+    /// `LANES` bytes at this offset in each block: `[rows, blocks, LANES]`.
+    Lanes(usize),
+    /// The byte at this offset in each block: `[rows, blocks]`.
+    Byte(usize),
+    /// `x`'s values `LANES * g ..` of each block: `[blocks, LANES]`.
+    X(usize),
+}
+
+impl<'c, 'a> Operands<'_, 'c, 'a> {
+    fn slice(
+        &self,
+        of: Value<'c, 'a>,
+        start: &[usize],
+        limit: &[usize],
+        out: &TensorType,
+    ) -> Result<Value<'c, 'a>, LowerError> {
+        let e = self.e;
+        let strides = vec![1; start.len()];
+        let sliced = TensorType::new(limit.iter().zip(start).map(|(l, s)| l - s).collect::<Vec<_>>(), out.dtype);
+        let v = e.emit(stablehlo::slice(
+            e.ctx(),
+            e.tensor_type(&sliced),
+            of,
+            e.i64_array(start),
+            e.i64_array(limit),
+            e.i64_array(&strides),
+            e.loc(),
+        ))?;
+        if sliced.shape == out.shape {
+            return Ok(v);
+        }
+        e.emit(stablehlo::reshape(e.ctx(), e.tensor_type(out), v, e.loc()))
+    }
+
+    /// The operand for `input`, sliced and recorded at its first use.
+    fn value(&mut self, input: Input) -> Result<(Value<'c, 'a>, &'static str), LowerError> {
+        let (rows, blocks) = (self.rows, self.blocks);
+        Ok(match input {
+            Input::Lanes(off) => (
+                self.slice(
+                    self.raw,
+                    &[0, 0, off],
+                    &[rows, blocks, off + LANES],
+                    &TensorType::new([rows, blocks, LANES], DType::I8),
+                )?,
+                "affine_map<(n, l, b) -> (n, b, l)>",
+            ),
+            Input::Byte(off) => (
+                self.slice(
+                    self.raw,
+                    &[0, 0, off],
+                    &[rows, blocks, off + 1],
+                    &TensorType::new([rows, blocks], DType::I8),
+                )?,
+                "affine_map<(n, l, b) -> (n, b)>",
+            ),
+            Input::X(g) => (
+                self.slice(
+                    self.x,
+                    &[0, g * LANES],
+                    &[blocks, (g + 1) * LANES],
+                    &TensorType::new([blocks, LANES], DType::F32),
+                )?,
+                "affine_map<(n, l, b) -> (b, l)>",
+            ),
+        })
+    }
+}
+
+/// Builds the generic's body: scalar arith on one lane of one block.
+struct Body<'b, 'e, 'c, 'a> {
+    ctx: &'c Context,
+    block: &'b Block<'c>,
+    operands: &'b mut Operands<'e, 'c, 'a>,
+}
+
+impl<'b, 'c> Body<'b, '_, 'c, '_> {
+    fn f32(&self) -> Type<'c> {
+        Type::float32(self.ctx)
+    }
+
+    fn int(&self, bits: u32) -> Type<'c> {
+        IntegerType::new(self.ctx, bits).into()
+    }
+
+    fn arg(&mut self, input: Input) -> Result<Value<'c, 'b>, LowerError> {
+        if let Some(&i) = self.operands.args.get(&input) {
+            return Ok(self.block.argument(i).expect("added below").into());
+        }
+        let (value, map) = self.operands.value(input)?;
+        let elem = if matches!(input, Input::X(_)) { self.f32() } else { self.int(8) };
+        let i = self.operands.values.len();
+        self.operands.values.push(value);
+        self.operands.maps.push(map);
+        self.operands.args.insert(input, i);
+        Ok(self.block.add_argument(elem, self.operands.e.loc()))
+    }
+
+    fn lanes(&mut self, offset: usize) -> Result<Value<'c, 'b>, LowerError> {
+        self.arg(Input::Lanes(offset))
+    }
+
+    fn byte(&mut self, offset: usize) -> Result<Value<'c, 'b>, LowerError> {
+        self.arg(Input::Byte(offset))
+    }
+
+    fn x_group(&mut self, group: usize) -> Result<Value<'c, 'b>, LowerError> {
+        self.arg(Input::X(group))
+    }
+
+    fn op(&self, name: &str, operands: &[Value<'c, 'b>], result: Type<'c>) -> Value<'c, 'b> {
+        let op = OperationBuilder::new(name, self.operands.e.loc())
+            .add_operands(operands)
+            .add_results(&[result])
+            .build()
+            .expect("a generic op with operands and one result builds");
+        self.block.append_operation(op).result(0).expect("one result").into()
+    }
+
+    fn binary(&self, name: &str, lhs: Value<'c, 'b>, rhs: Value<'c, 'b>) -> Value<'c, 'b> {
+        self.op(name, &[lhs, rhs], lhs.r#type())
+    }
+
+    fn cast(&self, name: &str, v: Value<'c, 'b>, to: Type<'c>) -> Value<'c, 'b> {
+        self.op(name, &[v], to)
+    }
+
+    /// An integer constant of `v`'s type.
+    fn int_const(&self, v: Value<'c, 'b>, value: i64) -> Value<'c, 'b> {
+        let attr = IntegerAttribute::new(v.r#type(), value);
+        let op = OperationBuilder::new("arith.constant", self.operands.e.loc())
+            .add_attributes(&[(Identifier::new(self.ctx, "value"), attr.into())])
+            .add_results(&[v.r#type()])
+            .build()
+            .expect("arith.constant builds");
+        self.block.append_operation(op).result(0).expect("one result").into()
+    }
+
+    fn and(&self, v: Value<'c, 'b>, mask: i64) -> Value<'c, 'b> {
+        let c = self.int_const(v, mask);
+        self.binary("arith.andi", v, c)
+    }
+
+    fn shr(&self, v: Value<'c, 'b>, bits: i64) -> Value<'c, 'b> {
+        if bits == 0 {
+            return v;
+        }
+        let c = self.int_const(v, bits);
+        self.binary("arith.shrui", v, c)
+    }
+
+    fn shl(&self, v: Value<'c, 'b>, bits: i64) -> Value<'c, 'b> {
+        let c = self.int_const(v, bits);
+        self.binary("arith.shli", v, c)
+    }
+
+    fn sub_int(&self, v: Value<'c, 'b>, value: i64) -> Value<'c, 'b> {
+        let c = self.int_const(v, value);
+        self.binary("arith.subi", v, c)
+    }
+
+    fn zext(&self, v: Value<'c, 'b>, bits: u32) -> Value<'c, 'b> {
+        self.cast("arith.extui", v, self.int(bits))
+    }
+
+    /// Unsigned integer to f32.
+    fn ufloat(&self, v: Value<'c, 'b>) -> Value<'c, 'b> {
+        self.cast("arith.uitofp", v, self.f32())
+    }
+
+    /// Signed integer to f32.
+    fn sfloat(&self, v: Value<'c, 'b>) -> Value<'c, 'b> {
+        self.cast("arith.sitofp", v, self.f32())
+    }
+
+    /// The little-endian f16 at `offset`, as f32.
+    fn f16(&mut self, offset: usize) -> Result<Value<'c, 'b>, LowerError> {
+        let (lo, hi) = (self.byte(offset)?, self.byte(offset + 1)?);
+        let (lo, hi) = (self.zext(lo, 16), self.zext(hi, 16));
+        let bits = self.binary("arith.ori", lo, self.shl(hi, 8));
+        let half = self.cast("arith.bitcast", bits, Type::float16(self.ctx));
+        Ok(self.cast("arith.extf", half, self.f32()))
+    }
+
+    /// The little-endian u32 at `offset`.
+    fn u32(&mut self, offset: usize) -> Result<Value<'c, 'b>, LowerError> {
+        let mut word = None;
+        for i in 0..4 {
+            let byte = self.byte(offset + i)?;
+            let part = self.zext(byte, 32);
+            let part = if i == 0 { part } else { self.shl(part, 8 * i as i64) };
+            word = Some(match word {
+                None => part,
+                Some(w) => self.binary("arith.ori", w, part),
+            });
+        }
+        Ok(word.expect("four bytes"))
+    }
+
+    /// This lane's index in its group of `LANES`, as i32.
+    fn lane(&self) -> Value<'c, 'b> {
+        let index = Type::index(self.ctx);
+        let op = OperationBuilder::new("linalg.index", self.operands.e.loc())
+            .add_attributes(&[(Identifier::new(self.ctx, "dim"), IntegerAttribute::new(self.int(64), 1).into())])
+            .add_results(&[index])
+            .build()
+            .expect("linalg.index builds");
+        let i = self.block.append_operation(op).result(0).expect("one result").into();
+        self.cast("arith.index_cast", i, self.int(32))
+    }
+
+    /// The 4-bit value of `byte` at `shift` (0 or 4).
+    fn nibble(&self, byte: Value<'c, 'b>, shift: i64) -> Value<'c, 'b> {
+        if shift == 0 {
+            self.and(byte, 15)
+        } else {
+            self.shr(byte, shift)
+        }
+    }
+
+    fn mul(&self, a: Value<'c, 'b>, b: Value<'c, 'b>) -> Value<'c, 'b> {
+        self.binary("arith.mulf", a, b)
+    }
+
+    fn add(&self, a: Value<'c, 'b>, b: Value<'c, 'b>) -> Value<'c, 'b> {
+        self.binary("arith.addf", a, b)
+    }
+
+    fn sub(&self, a: Value<'c, 'b>, b: Value<'c, 'b>) -> Value<'c, 'b> {
+        self.binary("arith.subf", a, b)
+    }
+}
+
+/// One lane of one block as `(weight, x group)` pairs: the weight at value
+/// `LANES * group + lane` of the block, decoded as ggml's CPU dequantizer
+/// does (`weights::quant`).
+fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Vec<(Value<'c, 'b>, usize)>, LowerError> {
+    use GgmlType as T;
+    let mut terms = Vec::new();
+    match ggml {
+        // block_q8_0 { d; qs[32] }: d * qs.
+        T::Q8_0 => {
+            let d = b.f16(0)?;
+            for g in 0..2 {
+                let q = b.lanes(2 + LANES * g)?;
+                terms.push((b.mul(b.sfloat(q), d), g));
+            }
+        }
+        // block_q4_0 { d; qs[16] }: d * (nibble - 8), low nibbles first.
+        T::Q4_0 => {
+            let d = b.f16(0)?;
+            let qs = b.lanes(2)?;
+            for g in 0..2 {
+                let q = b.sub_int(b.nibble(qs, 4 * g as i64), 8);
+                terms.push((b.mul(b.sfloat(q), d), g));
+            }
+        }
+        // block_q4_1 { d; m; qs[16] }: d * nibble + m.
+        T::Q4_1 => {
+            let (d, m) = (b.f16(0)?, b.f16(2)?);
+            let qs = b.lanes(4)?;
+            for g in 0..2 {
+                let q = b.ufloat(b.nibble(qs, 4 * g as i64));
+                terms.push((b.add(b.mul(d, q), m), g));
+            }
+        }
+        // block_q5_0 { d; qh[4]; qs[16] } and block_q5_1 { d; m; qh[4];
+        // qs[16] }: bit `j` of qh is bit 4 of value `j`; q5_0 is
+        // d * (q - 16), q5_1 d * q + m.
+        T::Q5_0 | T::Q5_1 => {
+            let legacy = ggml == T::Q5_0;
+            let d = b.f16(0)?;
+            let m = if legacy { None } else { Some(b.f16(2)?) };
+            let at = if legacy { 2 } else { 4 };
+            let qh = b.u32(at)?;
+            let qs = b.lanes(at + 4)?;
+            let lane = b.lane();
+            for g in 0..2 {
+                let low = b.zext(b.nibble(qs, 4 * g as i64), 32);
+                let bit_at = if g == 0 { lane } else { b.binary("arith.addi", lane, b.int_const(lane, 16)) };
+                let high = b.and(b.binary("arith.shrui", qh, bit_at), 1);
+                let q = b.binary("arith.ori", low, b.shl(high, 4));
+                terms.push(match m {
+                    None => (b.mul(b.sfloat(b.sub_int(q, 16)), d), g),
+                    Some(m) => (b.add(b.mul(b.ufloat(q), d), m), g),
+                });
+            }
+        }
+        // block_q4_k { d; dmin; scales[12]; qs[128] } and block_q5_k { d;
+        // dmin; scales[12]; qh[32]; qs[128] }: value 64j + 32h + l is d * sc
+        // * q - dmin * m, q = nibble(qs[32j + l], 4h) (plus 16 for bit 2j + h
+        // of qh[l]), (sc, m) the 6-bit pair of sub-block 2j + h
+        // (get_scale_min_k4).
+        T::Q4_K | T::Q5_K => {
+            let (d, dmin) = (b.f16(0)?, b.f16(2)?);
+            let qs_at = if ggml == T::Q4_K { 16 } else { 48 };
+            for j in 0..4 {
+                for h in 0..2 {
+                    let sub = 2 * j + h;
+                    let (sc, m) = if sub < 4 {
+                        let (sc, m) = (b.byte(4 + sub)?, b.byte(8 + sub)?);
+                        (b.and(sc, 63), b.and(m, 63))
+                    } else {
+                        let (lo, d_hi, m_hi) = (b.byte(8 + sub)?, b.byte(sub)?, b.byte(4 + sub)?);
+                        let sc = b.binary("arith.ori", b.and(lo, 15), b.shl(b.shr(d_hi, 6), 4));
+                        let m = b.binary("arith.ori", b.shr(lo, 4), b.shl(b.shr(m_hi, 6), 4));
+                        (sc, m)
+                    };
+                    let d1 = b.mul(d, b.ufloat(sc));
+                    let m1 = b.mul(dmin, b.ufloat(m));
+                    for s in 0..2 {
+                        let qs = b.lanes(qs_at + 32 * j + LANES * s)?;
+                        let mut q = b.nibble(qs, 4 * h as i64);
+                        if ggml == T::Q5_K {
+                            let qh = b.lanes(16 + LANES * s)?;
+                            let high = b.and(b.shr(qh, sub as i64), 1);
+                            q = b.binary("arith.ori", q, b.shl(high, 4));
+                        }
+                        terms.push((b.sub(b.mul(d1, b.ufloat(q)), m1), 4 * j + 2 * h + s));
+                    }
+                }
+            }
+        }
+        // block_q2_k { scales[16]; qs[64]; d; dmin }: value 128n + 32j + 16h
+        // + l is d * (sc & 15) * q - dmin * (sc >> 4), q = qs[32n + 16h + l]
+        // >> 2j & 3, sc = scales[8n + 2j + h].
+        T::Q2_K => {
+            let (d, dmin) = (b.f16(80)?, b.f16(82)?);
+            for n in 0..2 {
+                for j in 0..4 {
+                    for h in 0..2 {
+                        let sc = b.byte(8 * n + 2 * j + h)?;
+                        let dl = b.mul(d, b.ufloat(b.and(sc, 15)));
+                        let ml = b.mul(dmin, b.ufloat(b.shr(sc, 4)));
+                        let qs = b.lanes(16 + 32 * n + LANES * h)?;
+                        let q = b.ufloat(b.and(b.shr(qs, 2 * j as i64), 3));
+                        terms.push((b.sub(b.mul(dl, q), ml), 8 * n + 2 * j + h));
+                    }
+                }
+            }
+        }
+        // block_q3_k { hmask[32]; qs[64]; scales[12]; d }: value 128n + 32j
+        // + 16h + l is d * (sc - 32) * (q - 4 * !bit), q = qs[32n + 16h + l]
+        // >> 2j & 3, bit 4n + j of hmask[16h + l], sc the 6-bit scale 8n + 2j
+        // + h, its low 4 bits and high 2 packed as ggml's kmask1/kmask2 do.
+        T::Q3_K => {
+            let d = b.f16(108)?;
+            for n in 0..2 {
+                for j in 0..4 {
+                    for h in 0..2 {
+                        let sub = 8 * n + 2 * j + h;
+                        let (quarter, i) = (sub / 4, sub % 4);
+                        let low = b.byte(96 + i + 4 * (quarter % 2))?;
+                        let low = if quarter < 2 { b.and(low, 15) } else { b.shr(low, 4) };
+                        let high = b.byte(96 + 8 + i)?;
+                        let high = b.and(b.shr(high, 2 * quarter as i64), 3);
+                        let sc = b.sub_int(b.binary("arith.ori", low, b.shl(high, 4)), 32);
+                        let dl = b.mul(d, b.sfloat(sc));
+                        let qs = b.lanes(32 + 32 * n + LANES * h)?;
+                        let hm = b.lanes(LANES * h)?;
+                        let q = b.and(b.shr(qs, 2 * j as i64), 3);
+                        // 4 where the mask bit is clear: (bit ^ 1) << 2.
+                        let bit = b.and(b.shr(hm, (4 * n + j) as i64), 1);
+                        let minus = b.shl(b.binary("arith.xori", bit, b.int_const(bit, 1)), 2);
+                        let q = b.sfloat(b.binary("arith.subi", q, minus));
+                        terms.push((b.mul(dl, q), 8 * n + 2 * j + h));
+                    }
+                }
+            }
+        }
+        // block_q6_k { ql[128]; qh[64]; scales[16]; d }: value 128n + 32k +
+        // l is d * sc[8n + l/16 + 2k] * (q - 32), q's low 4 bits from
+        // ql[64n + 32(k % 2) + l] at 4(k / 2), its high 2 from qh[32n + l]
+        // at 2k.
+        T::Q6_K => {
+            let d = b.f16(208)?;
+            for n in 0..2 {
+                for k in 0..4 {
+                    for s in 0..2 {
+                        let ql = b.lanes(64 * n + 32 * (k % 2) + LANES * s)?;
+                        let qh = b.lanes(128 + 32 * n + LANES * s)?;
+                        let low = b.nibble(ql, 4 * (k / 2) as i64);
+                        let high = b.and(b.shr(qh, 2 * k as i64), 3);
+                        let q = b.sub_int(b.binary("arith.ori", low, b.shl(high, 4)), 32);
+                        let sc = b.byte(192 + 8 * n + s + 2 * k)?;
+                        let sc = b.sfloat(sc);
+                        terms.push((b.mul(b.mul(d, sc), b.sfloat(q)), 8 * n + 2 * k + s));
+                    }
+                }
+            }
+        }
+        other => return Err(b.operands.e.error(format!("packed_matvec: no block decoder for {other}"))),
+    }
+    Ok(terms)
+}
