@@ -25,8 +25,8 @@ FLOORS = [
     ["atomic"],  # crash-safe file writes: every writer uses them
     ["weights", "iree"],  # data: checkpoints, parameter archives, values; the IREE tools
     ["graph", "tokenizer"],  # the IR; text to token ids
-    ["trace", "interp", "npy"],  # building graphs; running them on the CPU; .npy files
-    ["lower"],  # graphs to StableHLO, weights to util.globals
+    ["trace", "interp"],  # building graphs; running them on the CPU
+    ["lower", "npy"],  # graphs to StableHLO, weights to util.globals; values as .npy files
     ["check", "inspect"],  # IREE against the interpreter; what a file holds
     ["models"],  # the front-ends
     ["export"],  # a checkpoint to a directory, compiled and run

@@ -4,7 +4,7 @@
 //! and each tensor's bytes are streamed in order, through a 1 MiB buffer.
 //! Memory stays flat however large the tensors: nothing tensor-sized is ever
 //! held, which is what lets kiln make multi-billion-parameter test
-//! checkpoints (see [`super::synth`]).
+//! checkpoints (see [`crate::models::synth`]).
 //!
 //! Layout as ggml's `gguf.cpp` and gguf-py's `GGUFWriter` write it: header
 //! `{"GGUF", 3, n_tensors, n_kv}`, the key/values, the tensor infos (dims

@@ -7,7 +7,7 @@
 //!
 //! Names and keys are llama.cpp's (`gguf-py/gguf/constants.py`,
 //! `src/llama-arch.cpp`); the metadata is what kiln's front-ends read
-//! ([`crate::models::llama::Config::from_gguf`]). Quantized presets follow
+//! ([`super::llama::Config::from_gguf`]). Quantized presets follow
 //! llama.cpp's Q4_K_M recipe (`llama_tensor_get_type` in
 //! `src/llama-quant.cpp`): Q4_K by default; `attn_v` and `ffn_down` Q6_K on
 //! the layers [`use_more_bits`] picks; the output head Q6_K (the token
@@ -16,11 +16,11 @@
 //! end-to-end tests: llama.cpp's Q8_0 mix (every matrix Q8_0, norms F32) and
 //! a byte-level GPT-2 vocabulary, so `kiln run` can tokenize a prompt for it.
 
-use super::ggml::GgmlType;
-use super::gguf::ValueType;
-use super::gguf_writer::{GgufWriter, TensorData, Value, WriteSummary};
-use super::WeightsError;
 use crate::trace::nn::RopeScaling;
+use crate::weights::ggml::GgmlType;
+use crate::weights::gguf::ValueType;
+use crate::weights::gguf_writer::{GgufWriter, TensorData, Value, WriteSummary};
+use crate::weights::WeightsError;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
