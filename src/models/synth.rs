@@ -18,7 +18,6 @@
 
 use crate::trace::nn::RopeScaling;
 use crate::weights::ggml::GgmlType;
-use crate::weights::gguf::ValueType;
 use crate::weights::gguf_writer::{GgufWriter, TensorData, Value, WriteSummary};
 use crate::weights::WeightsError;
 use std::fmt;
@@ -393,12 +392,12 @@ fn add_byte_tokenizer(w: &mut GgufWriter, vocab_size: usize, path: &Path) -> Res
         Some(c) => c.to_string(),
         None => format!("<|reserved_{}|>", i - 256),
     });
-    let types = (0..vocab_size).map(|i| Value::I32(if i < 256 { TOKEN_TYPE_NORMAL } else { TOKEN_TYPE_CONTROL }));
+    let types = (0..vocab_size).map(|i| if i < 256 { TOKEN_TYPE_NORMAL } else { TOKEN_TYPE_CONTROL });
     w.add("tokenizer.ggml.model", "gpt2")?;
     w.add("tokenizer.ggml.pre", "gpt-2")?;
-    w.add("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens.map(Value::String).collect()))?;
-    w.add("tokenizer.ggml.token_type", Value::Array(ValueType::I32, types.collect()))?;
-    w.add("tokenizer.ggml.merges", Value::Array(ValueType::String, Vec::new()))?;
+    w.add("tokenizer.ggml.tokens", Value::strings(tokens))?;
+    w.add("tokenizer.ggml.token_type", Value::i32s(types))?;
+    w.add("tokenizer.ggml.merges", Value::strings(Vec::<String>::new()))?;
     w.add("tokenizer.ggml.add_bos_token", false)?;
     Ok(())
 }
