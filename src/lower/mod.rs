@@ -22,10 +22,12 @@ mod gather;
 mod generate;
 mod layout;
 mod packed_matvec;
+mod param;
+#[cfg(test)]
+mod param_iree_tests;
 mod reduce;
 
 use crate::graph::{DType, Graph, Op, TensorType, DYNAMIC};
-use crate::params::{self, ParamInits};
 use dialects::{arith, stablehlo, tensor};
 use melior::dialect::{func, DialectHandle};
 use melior::ir::attribute::{
@@ -45,6 +47,8 @@ use thiserror::Error;
 
 pub use emit::{write_module, write_module_to_path, write_module_to_path_with, write_module_with, Emit};
 pub use generate::GreedyLoop;
+use param::Globals;
+pub use param::{ParamInit, ParamInits};
 
 /// Why lowering, printing or writing a module failed; errors about one op
 /// name its graph node and carry MLIR's diagnostics.
@@ -97,6 +101,10 @@ fn fmt_diagnostics(diagnostics: &[String]) -> String {
     diagnostics.iter().map(|d| format!("\n  mlir: {d}")).collect()
 }
 
+/// The scope params are named in unless told otherwise: `iree-run-module
+/// --parameters=model=CHECKPOINT`.
+pub const DEFAULT_PARAM_SCOPE: &str = "model";
+
 /// How lowering names things outside the graph.
 #[derive(Clone, Debug)]
 pub struct LowerOptions {
@@ -107,7 +115,7 @@ pub struct LowerOptions {
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        LowerOptions { param_scope: "model".into() }
+        LowerOptions { param_scope: DEFAULT_PARAM_SCOPE.into() }
     }
 }
 
@@ -216,7 +224,7 @@ impl Session {
     ) -> Result<Module<'s>, LowerError> {
         self.take_diagnostics();
         let module = Module::new(Location::unknown(&self.context));
-        let globals = params::declare_globals(self, &module, graphs, options, inits)?;
+        let globals = param::declare_globals(self, &module, graphs, options, inits)?;
         body(&Scope { module: &module, globals, callees: RefCell::default() })?;
         if !module.as_operation().verify() {
             return Err(LowerError::Verify { diagnostics: self.take_diagnostics() });
@@ -303,7 +311,7 @@ impl Session {
 pub(crate) struct Scope<'c, 'm> {
     module: &'m Module<'c>,
     /// The global that holds each param.
-    globals: params::Globals,
+    globals: Globals,
     /// Private functions appended for composite ops so far, by symbol.
     callees: RefCell<HashSet<String>>,
 }
@@ -315,6 +323,37 @@ enum FunctionKind {
     Public,
     /// `func.func private @name`, inlined where called.
     Private,
+}
+
+/// A public function of a module, with its argument and result types as
+/// MLIR prints them (`tensor<1x?xi32>`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Signature {
+    /// The function's name.
+    pub name: String,
+    /// Argument types.
+    pub inputs: Vec<String>,
+    /// Result types.
+    pub outputs: Vec<String>,
+}
+
+/// The public functions of `module`, in order, as it was lowered.
+pub fn signatures(module: &Module<'_>) -> Vec<Signature> {
+    let body = module.body();
+    let ops = std::iter::successors(body.first_operation(), |op| op.next_in_block());
+    ops.filter(|op| op.name().as_string_ref().as_str() == Ok("func.func") && !op.has_attribute("sym_visibility"))
+        .map(|op| {
+            let attribute = |name| op.attribute(name).expect("a func.func has a name and a type");
+            let name = StringAttribute::try_from(attribute("sym_name")).expect("sym_name is a string");
+            let ty = TypeAttribute::try_from(attribute("function_type")).expect("function_type is a type").value();
+            let ty = FunctionType::try_from(ty).expect("function_type is a function type");
+            Signature {
+                name: name.value().to_string(),
+                inputs: (0..ty.input_count()).map(|i| ty.input(i).expect("i < input_count").to_string()).collect(),
+                outputs: (0..ty.result_count()).map(|i| ty.result(i).expect("i < result_count").to_string()).collect(),
+            }
+        })
+        .collect()
 }
 
 /// Prints a verified module as MLIR text (generic form for IREE's dialects).
@@ -504,7 +543,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let result = self.tensor_type(ty);
         match op {
             Op::Input => Err(self.error("inputs are block arguments, not ops")),
-            Op::Param { name } => params::load_global(self, &self.scope.globals, name, ty),
+            Op::Param { name } => param::load_global(self, &self.scope.globals, name, ty),
             Op::Constant { value } => constant::lower_constant(self, *value, ty),
             Op::Iota { iota_dimension } => constant::lower_iota(self, *iota_dimension, ty),
             Op::Unary(u) => elementwise::lower_unary(self, *u, operands[0], result),

@@ -662,7 +662,7 @@ mod tests {
 
         const Q8_1: u32 = 9;
         let odd = Gguf::parse(gguf_bytes(&[], &[("blk.0.attn_q.weight".into(), vec![32], Q8_1, vec![0; 36])])).unwrap();
-        let e = keep(&odd).param_type(&odd.tensor("blk.0.attn_q.weight").unwrap()).unwrap_err().to_string();
+        let e = keep(&odd).declare(&odd.tensor("blk.0.attn_q.weight").unwrap()).unwrap_err().to_string();
         assert!(e.contains("\"blk.0.attn_q.weight\" has ggml type Q8_1"), "{e}");
     }
 
@@ -693,7 +693,7 @@ mod tests {
         }
         // Both functions in one module share one global per weight.
         let session = crate::lower::Session::new();
-        let inits = crate::params::ParamInits::default();
+        let inits = crate::lower::ParamInits::default();
         let module = session.lower_functions(&[prefill_fn, decode_fn], &LowerOptions::default(), &inits).unwrap();
         let text = crate::lower::print(&module).unwrap();
         assert_eq!(text.matches("\"util.global\"()").count(), gguf.tensors().len());
@@ -738,7 +738,7 @@ mod tests {
         let weights = keep(&gguf);
         let serving = crate::models::Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, 8).unwrap();
         let session = crate::lower::Session::new();
-        let inits = crate::params::ParamInits::default();
+        let inits = crate::lower::ParamInits::default();
         let module = session.lower_serving(&serving.greedy_loop(), &LowerOptions::default(), &inits).unwrap();
         let text = crate::lower::print(&module).unwrap();
         assert!(
