@@ -23,8 +23,7 @@ pub use cache::{Cache, KvCache};
 
 use crate::graph::{DType, Graph, ReduceKind, TensorType, DYNAMIC};
 use crate::interp::{Buffer, InterpError, ParamSource, Value};
-use crate::trace::nn::to_f32;
-use crate::trace::nn::QueryOffset;
+use crate::trace::nn::{to_f32, QueryOffset};
 use crate::trace::{dequant, Tensor, TraceError, Tracer};
 use crate::weights::archive::{self, DerivedParam, Encoding};
 use crate::weights::ggml::GgmlType;
