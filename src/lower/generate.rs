@@ -3,20 +3,20 @@
 //!
 //! ```text
 //! func @generate(%prompt: tensor<1x?xi32>, %n_new: tensor<i32>) -> tensor<1xMAXxi32>
-//!   logits, caches = call @prefill(prompt)
-//!   token = call @pick_prefill(logits, len(prompt) - 1)     // the first new token
+//!   logits, caches = call @prefill(prompt)                  // the last position's
+//!   token = call @pick(logits, 0)                           // the first new token
 //!   n = clamp(0, n_new, min(MAX, MAX - len(prompt) + 1))    // what the cache has room for
 //!   out = [token, -1, -1, ...]
 //!   while i < n:                                            // i from 1
 //!     logits, caches = call @decode(token, len(prompt) + i - 1, caches)
-//!     token = call @pick_decode(logits, 0)
+//!     token = call @pick(logits, 0)
 //!     out[i] = token
 //! ```
 //!
 //! The loop is a `stablehlo.while` over `(i, token, caches..., out, n,
 //! len)`: everything the body reads is loop-carried, nothing is captured.
-//! The model functions are the graphs' own; the two `pick_*` graphs
-//! (argmax at one position) are private and inlined by iree-compile.
+//! The model functions are the graphs' own; the `pick` graph (argmax at
+//! one position) is private and inlined by iree-compile.
 
 use super::dialects::stablehlo;
 use super::{tensor_type, Emitter, Function, LowerError, Scope, Session};
@@ -29,23 +29,21 @@ use std::cell::OnceCell;
 
 /// The functions a greedy loop calls, and how many positions the cache has.
 pub struct GreedyLoop<'g> {
-    /// `prefill(tokens: tensor<1x?xi32>) -> (logits: tensor<1x?xVxf32>, caches...)`
+    /// `prefill(tokens: tensor<1x?xi32>) -> (logits: tensor<1x1xVxf32>, caches...)`
     pub prefill: &'g Graph,
     /// `decode(tokens: tensor<1x1xi32>, position: tensor<i32>, caches...) ->
     /// (logits: tensor<1x1xVxf32>, caches...)`
     pub decode: &'g Graph,
-    /// `(logits: tensor<1x?xVxf32>, index: tensor<i32>) -> tensor<1x1xi32>`
-    pub pick_prefill: &'g Graph,
     /// `(logits: tensor<1x1xVxf32>, index: tensor<i32>) -> tensor<1x1xi32>`
-    pub pick_decode: &'g Graph,
+    pub pick: &'g Graph,
     /// The caches' positions; also the length of `generate`'s output.
     pub max_context: usize,
 }
 
 impl<'g> GreedyLoop<'g> {
     /// Every graph the module holds, the model's first.
-    pub fn graphs(&self) -> [&'g Graph; 4] {
-        [self.prefill, self.decode, self.pick_prefill, self.pick_decode]
+    pub fn graphs(&self) -> [&'g Graph; 3] {
+        [self.prefill, self.decode, self.pick]
     }
 }
 
@@ -78,7 +76,7 @@ pub(super) fn lower_generate(
         let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), 1);
         let len = e.emit(stablehlo::get_dimension_size(ctx, t(&i32_scalar), prompt, dim.into(), loc))?;
         let last = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), len, one, loc))?;
-        let token = call(&e, spec.pick_prefill, &[prefill[0], last])[0];
+        let token = call(&e, spec.pick, &[prefill[0], zero])[0];
 
         let max = int(spec.max_context as i64)?;
         let room = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), max, last, loc))?;
@@ -122,7 +120,7 @@ pub(super) fn lower_generate(
             let mut inputs = vec![arg(1), position];
             inputs.extend((0..caches).map(|c| arg(2 + c)));
             let decoded = call(&e, spec.decode, &inputs);
-            let token = call(&e, spec.pick_decode, &[decoded[0], zero])[0];
+            let token = call(&e, spec.pick, &[decoded[0], zero])[0];
             let out = e.emit(stablehlo::dynamic_update_slice(ctx, t(&out_ty), arg(out_at), token, &[zero, i], loc))?;
             let next = e.emit(stablehlo::add(ctx, t(&i32_scalar), i, one, loc))?;
             let mut yielded = vec![next, token];

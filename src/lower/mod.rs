@@ -207,8 +207,7 @@ impl Session {
             // newer parser refuses it.
             self.lower_function(scope, spec.prefill, FunctionKind::Public)?;
             self.lower_function(scope, spec.decode, FunctionKind::Public)?;
-            self.lower_function(scope, spec.pick_prefill, FunctionKind::Private)?;
-            self.lower_function(scope, spec.pick_decode, FunctionKind::Private)?;
+            self.lower_function(scope, spec.pick, FunctionKind::Private)?;
             generate::lower_generate(self, scope, spec)
         })
     }

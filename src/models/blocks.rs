@@ -7,7 +7,8 @@
 //! [`super::config::Dims`].
 
 use super::config::Dims;
-use super::{Checkpoint, KvCache, Result, Weight};
+use super::{Checkpoint, KvCache, Logits, Result, Weight};
+use crate::graph::{DType, ReduceKind, TensorType, DYNAMIC};
 use crate::trace::nn::{attention, Rotation};
 use crate::trace::{Tensor, Tracer};
 
@@ -367,12 +368,13 @@ impl<'t> Stack<'t> {
 
     /// `x [seq, hidden]` through the blocks, block `i` attending at `at(i)`
     /// and, with a cache, writing layer `i` of it, then the head: logits
-    /// `[seq, vocab]`.
+    /// `[seq, vocab]`, or `[1, vocab]` for the last position.
     pub fn logits<'p>(
         &self,
         mut x: Tensor<'t>,
         at: impl Fn(usize) -> &'p Positional<'t>,
         mut cache: Option<&mut KvCache<'t>>,
+        logits: Logits,
     ) -> Result<Tensor<'t>>
     where
         't: 'p,
@@ -380,8 +382,25 @@ impl<'t> Stack<'t> {
         for (i, block) in self.blocks.iter().enumerate() {
             x = block.forward(&x, at(i), cache.as_deref_mut().map(|c| (c, i)))?;
         }
-        self.head.forward(&x)
+        match logits {
+            Logits::Every => self.head.forward(&x),
+            Logits::Last => self.head.forward(&last_row(&x)?),
+        }
     }
+}
+
+/// Row `seq - 1` of `x [seq, n]` (`seq` may be `?`): `[1, n]`.
+pub(crate) fn last_row<'t>(x: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let (seq, n) = (x.ty.shape[0], x.ty.shape[1]);
+    if seq != DYNAMIC {
+        return Ok(x.slice(&[seq - 1, 0], &[seq, n], &[1, 1])?);
+    }
+    // A slice at `seq - 1` (a gather's fused row copy needs a stack buffer
+    // per row in IREE 3.13, past its 32 KiB limit at hidden 576).
+    let t = x.tracer();
+    let last = t.iota(0, TensorType::new([seq], DType::I32))?.reduce(ReduceKind::Max, &[0])?;
+    let zero = t.constant(0.0, TensorType::new([], DType::I32))?;
+    Ok(x.dynamic_slice(&[&last, &zero], &[1, n])?)
 }
 
 /// `x [seq, n·hd] -> [n, seq, hd]`

@@ -401,7 +401,7 @@ impl<'t> Decoder<'t> for Gemma3<'t> {
 
     /// Masked causally, and within the window on local layers.
     fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
-        let (c, t, seq) = (&self.config, tokens.tracer(), tokens.ty.shape[0]);
+        let (c, t, seq, logits) = (&self.config, tokens.tracer(), tokens.ty.shape[0], at.logits);
         let rope = |r: RopeConfig| Rope::new(c.dims.head_dim, r.theta, RopeStyle::NeoX).with_scaling(r.scaling);
         let global =
             Positional { rotation: rope(c.rope).at(at.positions)?, mask: causal_mask(t, seq, at.kv_len, at.q_offset)? };
@@ -420,7 +420,7 @@ impl<'t> Decoder<'t> for Gemma3<'t> {
             Some(local) if c.is_sliding(i) => local,
             _ => &global,
         };
-        let logits = self.stack.logits(x, at, cache)?;
+        let logits = self.stack.logits(x, at, cache, logits)?;
         Ok(match c.final_logit_softcapping {
             Some(cap) => logits.soft_cap(cap)?,
             None => logits,

@@ -453,17 +453,19 @@ pub trait Decoder<'t> {
         (ty(d.head_dim), ty(self.value_length()))
     }
 
-    /// `tokens [seq]` i32 -> logits `[seq, vocab]` f32 at the positions of
-    /// `at`; with a cache, the queries attend over it, after this call's
-    /// keys and values are written into it at `cache.start`.
+    /// `tokens [seq]` i32 -> logits f32 at the positions of `at`, `[seq,
+    /// vocab]` or `[1, vocab]` as `at.logits` says; with a cache, the
+    /// queries attend over it, after this call's keys and values are
+    /// written into it at `cache.start`.
     fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>>;
 
     /// [`Decoder::forward`] at the cache's next positions, attending over
-    /// the whole cache.
+    /// the whole cache: the last position's logits, `[1, vocab]`.
     fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
         let positions = cache.positions(tokens.ty.shape[0])?;
         let start = cache.start.clone();
-        let at = Span { positions: &positions, kv_len: cache.context(), q_offset: (&start).into() };
+        let at =
+            Span { positions: &positions, kv_len: cache.context(), q_offset: (&start).into(), logits: Logits::Last };
         self.forward(tokens, at, Some(cache))
     }
 }
@@ -479,6 +481,20 @@ pub struct Span<'a, 't> {
     pub kv_len: usize,
     /// The first query's position among the keys, for the causal mask.
     pub q_offset: QueryOffset<'a, 't>,
+    /// Which positions get logits.
+    pub logits: Logits,
+}
+
+/// The positions a forward pass computes logits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Every position: `[seq, vocab]` (scoring a text).
+    Every,
+    /// The last: `[1, vocab]`, all that choosing the next token needs. The
+    /// head, the largest product of a small model, then runs on one row:
+    /// Gemma-3-270M's 262144 x 640 head on a 64-token prompt is 64x less
+    /// work and no f32 copy of the packed head.
+    Last,
 }
 
 /// Prefill without a KV cache: `main(tokens: tensor<1 x seq_len x i32>) ->
@@ -489,7 +505,7 @@ pub fn prefill(family: &Family, weights: &dyn Checkpoint, seq_len: usize) -> Res
     let model = family.load(&t, weights)?;
     let tokens = t.input("tokens", TensorType::new([1, seq_len], DType::I32))?;
     let positions = t.iota(0, TensorType::new([seq_len], DType::I32))?;
-    let at = Span { positions: &positions, kv_len: seq_len, q_offset: 0.into() };
+    let at = Span { positions: &positions, kv_len: seq_len, q_offset: 0.into(), logits: Logits::Every };
     let logits = model.forward(&tokens.reshape(&[seq_len])?, at, None)?;
     Ok(t.finish(&[&logits.reshape(&[1, seq_len, model.vocab_size()])?])?)
 }
@@ -603,21 +619,20 @@ pub fn greedy_pick(name: &str, seq: usize, vocab: usize) -> Result<Graph> {
 /// The serving graphs of a model: [`entry_points`] with one-token decode
 /// and the pickers of [`crate::lower::GreedyLoop`].
 pub struct Serving {
-    /// `prefill(tokens: tensor<1x?xi32>) -> (logits, keys, values)`.
+    /// `prefill(tokens: tensor<1x?xi32>) -> (logits, keys, values)`, the
+    /// logits of the prompt's last position.
     pub prefill: Graph,
     /// `decode(tokens: tensor<1x1xi32>, position, keys, values) -> (logits,
     /// keys, values)`.
     pub decode: Graph,
-    /// [`greedy_pick`] over prefill's `[1, ?, vocab]` logits.
-    pub pick_prefill: Graph,
-    /// [`greedy_pick`] over decode's `[1, 1, vocab]` logits.
-    pub pick_decode: Graph,
+    /// [`greedy_pick`] over the `[1, 1, vocab]` logits both return.
+    pub pick: Graph,
     /// Positions of the KV cache: prompt plus generated tokens.
     pub max_context: usize,
 }
 
 impl Serving {
-    /// Traces the four graphs of `family` over `weights`, every tensor of
+    /// Traces the three graphs of `family` over `weights`, every tensor of
     /// the model used ([`Checkpoint::unused`]).
     pub fn new(family: &Family, weights: &dyn Checkpoint, max_context: usize) -> Result<Serving> {
         let [prefill, decode]: [Graph; 2] =
@@ -627,13 +642,7 @@ impl Serving {
             return Err(ModelError::UnusedTensor { name, family: family.name().to_string() });
         }
         let vocab = prefill.node(prefill.outputs()[0]).ty.shape[2];
-        Ok(Serving {
-            prefill,
-            decode,
-            pick_prefill: greedy_pick("pick_prefill", DYNAMIC, vocab)?,
-            pick_decode: greedy_pick("pick_decode", 1, vocab)?,
-            max_context,
-        })
+        Ok(Serving { prefill, decode, pick: greedy_pick("pick", 1, vocab)?, max_context })
     }
 
     /// These graphs as the [`crate::lower::GreedyLoop`] that lowering turns
@@ -642,8 +651,7 @@ impl Serving {
         crate::lower::GreedyLoop {
             prefill: &self.prefill,
             decode: &self.decode,
-            pick_prefill: &self.pick_prefill,
-            pick_decode: &self.pick_decode,
+            pick: &self.pick,
             max_context: self.max_context,
         }
     }
@@ -681,7 +689,7 @@ impl Serving {
 }
 
 /// Runs `tokens [1, n]` through `model` with `cache` and ends the trace with
-/// `(logits [1, n, vocab], keys, values)`.
+/// `(logits [1, 1, vocab], keys, values)`: the last position's logits.
 fn finish_cached<'t>(
     t: &'t Tracer,
     model: &dyn Decoder<'t>,
@@ -690,7 +698,7 @@ fn finish_cached<'t>(
 ) -> Result<Graph> {
     let n = tokens.ty.shape[1];
     let logits = model.forward_cached(&tokens.reshape(&[n])?, &mut cache)?;
-    let logits = logits.reshape(&[1, n, model.vocab_size()])?;
+    let logits = logits.reshape(&[1, 1, model.vocab_size()])?;
     Ok(t.finish(&[&logits, &cache.keys.0, &cache.values.0])?)
 }
 
