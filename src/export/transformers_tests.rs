@@ -132,13 +132,10 @@ fn changed_configs_are_refused_by_name() {
     let e = refused("llama3_scaled", &|c| c["rope_parameters"]["rope_type"] = "dynamic".into());
     assert!(e.contains("rope_parameters.rope_type = \"dynamic\": kiln implements the rope types"), "{e}");
     let e = refused("gemma3", &|c| {
-        c["model_type"] = "gemma3n_text".into();
-        c["architectures"] = serde_json::json!(["Gemma3nForCausalLM"]);
+        c["model_type"] = "gemma4_text".into();
+        c["architectures"] = serde_json::json!(["Gemma4ForCausalLM"]);
     });
-    assert!(
-        e.contains("model_type \"gemma3n_text\" (architectures[0] \"Gemma3nForCausalLM\") is not supported"),
-        "{e}"
-    );
+    assert!(e.contains("model_type \"gemma4_text\" (architectures[0] \"Gemma4ForCausalLM\") is not supported"), "{e}");
     let e = refused("gemma3", &|c| c["attn_logit_softcapping"] = 50.0.into());
     assert!(e.contains("attn_logit_softcapping = 50.0"), "{e}");
     let e = refused("gemma3_multimodal", &|c| c["text_config"]["final_logit_softcapping"] = 30.0.into());

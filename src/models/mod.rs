@@ -1,6 +1,6 @@
 //! Model front-ends: each architecture traces its forward pass from a
 //! checkpoint's metadata and tensor table, one file per family
-//! ([`llama`], [`gemma3`]). This module holds what they share: [`GgufWeights`], which
+//! ([`llama`], [`gemma3`], [`gemma3n`]). This module holds what they share: [`GgufWeights`], which
 //! decides how each GGUF tensor becomes a graph param under the caller's
 //! [`PackedPolicy`] and feeds the same values to the reference interpreter,
 //! [`Weight`], a declared param with what it takes to read it as f32,
@@ -10,6 +10,7 @@
 mod cache;
 pub mod config;
 pub mod gemma3;
+pub mod gemma3n;
 pub mod hf;
 pub mod llama;
 
@@ -67,7 +68,7 @@ pub enum ModelError {
     #[error(transparent)]
     Weights(#[from] WeightsError),
     /// The GGUF's `general.architecture` is not a supported family.
-    #[error("unknown general.architecture \"{0}\" (supported: llama, qwen2, qwen3, gemma3)")]
+    #[error("unknown general.architecture \"{0}\" (supported: llama, qwen2, qwen3, gemma3, gemma3n)")]
     UnknownArchitecture(String),
     /// The HF `config.json`'s `model_type` or `architectures[0]` is not a
     /// supported family or model class.
@@ -180,6 +181,8 @@ pub const SUPPORTED_HF: &[(&str, &str)] = &[
     ("qwen3", "Qwen3ForCausalLM"),
     ("gemma3_text", "Gemma3ForCausalLM"),
     ("gemma3", "Gemma3ForConditionalGeneration, text only"),
+    ("gemma3n_text", "Gemma3nForCausalLM"),
+    ("gemma3n", "Gemma3nForConditionalGeneration, text only"),
 ];
 
 /// A checkpoint as the front-ends see it. Tensors are asked for by
@@ -207,8 +210,9 @@ pub trait Checkpoint: ParamSource {
     /// the front-end declared, by their names in the file): a part of the
     /// model kiln would leave out. Parts that are not the decoder's (a
     /// vision tower) or that the reference implementation ignores too (a
-    /// tied checkpoint's stored head) do not count.
-    fn unused(&self, used: &BTreeSet<&str>) -> Option<String>;
+    /// tied checkpoint's stored head; `unread`, by their GGUF names) do not
+    /// count.
+    fn unused(&self, used: &BTreeSet<&str>, unread: &[String]) -> Option<String>;
 }
 
 /// `cast` if it is a float dtype a dense param can be declared as.
@@ -325,8 +329,9 @@ impl<D: AsRef<[u8]>> Checkpoint for GgufWeights<'_, D> {
         self.gguf.path()
     }
 
-    fn unused(&self, used: &BTreeSet<&str>) -> Option<String> {
-        self.gguf.tensors().map(|t| t.name).find(|name| !used.contains(name)).map(str::to_string)
+    fn unused(&self, used: &BTreeSet<&str>, unread: &[String]) -> Option<String> {
+        let known = |name: &str| used.contains(name) || unread.iter().any(|u| u == name);
+        self.gguf.tensors().map(|t| t.name).find(|name| !known(name)).map(str::to_string)
     }
 }
 
@@ -445,6 +450,34 @@ impl<'t> Weight<'t> {
             None => Ok(to_f32(&self.raw.gather(ids)?)?),
         }
     }
+
+    /// The `n` matrices `[rows, cols]` of a stacked `[n, rows, cols]`
+    /// weight (GGUF's `altup_proj`), each a slice of the one param: a
+    /// packed matrix is whole rows of whole blocks, so its bytes are
+    /// contiguous.
+    pub fn matrices(&self) -> Result<Vec<Weight<'t>>> {
+        let [n, rows, cols] = self.shape[..] else {
+            return Err(ModelError::Config(format!(
+                "{}: matrices() needs a stack of matrices, found shape {:?}",
+                self.name, self.shape
+            )));
+        };
+        let part = |i: usize| -> Result<Tensor<'t>> {
+            Ok(match self.packed {
+                Some(_) => {
+                    let len = self.raw.ty.shape[0] / n;
+                    self.raw.slice(&[i * len], &[(i + 1) * len], &[1])?
+                }
+                None => self.raw.slice(&[i, 0, 0], &[i + 1, rows, cols], &[1; 3])?.reshape(&[rows, cols])?,
+            })
+        };
+        (0..n)
+            .map(|i| {
+                let name = format!("{}[{i}]", self.name);
+                Ok(Weight { name, raw: part(i)?, packed: self.packed, shape: vec![rows, cols] })
+            })
+            .collect()
+    }
 }
 
 /// A decoder-only language model traced into one function: what the entry
@@ -470,6 +503,8 @@ pub enum Family {
     Llama(llama::Config),
     /// Gemma 3 text models ([`gemma3`]).
     Gemma3(gemma3::Config),
+    /// Gemma 3n text models ([`gemma3n`]).
+    Gemma3n(gemma3n::Config),
 }
 
 impl Family {
@@ -478,6 +513,7 @@ impl Family {
         match gguf.get_str("general.architecture")? {
             "llama" | "qwen2" | "qwen3" => Ok(Family::Llama(llama::Config::from_gguf(gguf)?)),
             "gemma3" => Ok(Family::Gemma3(gemma3::Config::from_gguf(gguf)?)),
+            "gemma3n" => Ok(Family::Gemma3n(gemma3n::Config::from_gguf(gguf)?)),
             other => Err(ModelError::UnknownArchitecture(other.to_string())),
         }
     }
@@ -500,6 +536,7 @@ impl Family {
         match config.model_type.as_str() {
             "llama" | "mistral" | "qwen2" | "qwen3" => Ok(Family::Llama(llama::Config::from_hf(config)?)),
             "gemma3_text" | "gemma3" => Ok(Family::Gemma3(gemma3::Config::from_hf(config)?)),
+            "gemma3n_text" | "gemma3n" => Ok(Family::Gemma3n(gemma3n::Config::from_hf(config)?)),
             _ => Err(unknown()),
         }
     }
@@ -510,6 +547,17 @@ impl Family {
         match self {
             Family::Llama(c) => &c.architecture,
             Family::Gemma3(_) => "gemma3",
+            Family::Gemma3n(_) => "gemma3n",
+        }
+    }
+
+    /// Tensors a checkpoint of this family may hold that the reference
+    /// implementation loads but never reads (GGUF names): not a part kiln
+    /// leaves out.
+    pub fn unread_tensors(&self) -> Vec<String> {
+        match self {
+            Family::Gemma3n(c) => c.unread_tensors(),
+            _ => Vec::new(),
         }
     }
 
@@ -518,6 +566,7 @@ impl Family {
         Ok(match self {
             Family::Llama(c) => Box::new(llama::Llama::load(t, c, weights)?),
             Family::Gemma3(c) => Box::new(gemma3::Gemma3::load(t, c, weights)?),
+            Family::Gemma3n(c) => Box::new(gemma3n::Gemma3n::load(t, c, weights)?),
         })
     }
 }
@@ -592,7 +641,7 @@ impl Serving {
         let [prefill, decode]: [Graph; 2] =
             entry_points(family, weights, max_context, 1)?.try_into().expect("two entry points");
         let used: BTreeSet<&str> = prefill.params().map(|(_, name, _)| name).collect();
-        if let Some(name) = weights.unused(&used) {
+        if let Some(name) = weights.unused(&used, &family.unread_tensors()) {
             return Err(ModelError::UnusedTensor { name, family: family.name().to_string() });
         }
         let vocab = prefill.node(prefill.outputs()[0]).ty.shape[2];

@@ -1,0 +1,877 @@
+//! Gemma 3n (text): a Gemma decoder whose residual stream is four AltUp
+//! streams (one computed, three predicted and corrected from it), with a
+//! per-layer embedding of every token added to the predicted ones, a
+//! low-rank LAuReL branch beside attention, Gaussian top-k sparsity in the
+//! first feed-forward layers, and the last layers reading the keys and
+//! values of an earlier one instead of computing their own.
+//!
+//! - Papers: Gemma Team, "Gemma 3n" (<https://ai.google.dev/gemma/docs/gemma-3n>);
+//!   Baykal et al., "Alternating Updates for Efficient Transformers"
+//!   (<https://arxiv.org/abs/2301.13310>); Menghani et al., "LAuReL:
+//!   Learned Augmented Residual Layer" (<https://arxiv.org/abs/2411.07501>).
+//! - References: HF transformers 5.24 `models/gemma3n/modeling_gemma3n.py`
+//!   (the numerics followed here); llama.cpp `src/models/gemma3n.cpp` and
+//!   `conversion/gemma.py` (`Gemma3NModel`), the GGUF names and keys.
+//!
+//! Per token, with `D` the width, `P` the per-layer input width and
+//! `norm(x, w) = x / √(mean(x²) + ε) · w` (the weight as stored, not
+//! Gemma 3's `1 + w`):
+//! ```text
+//! e      = E[tok] · √D
+//! pli    = (norm(W_plm · e / √D, w_pln) + E_pl[tok] · √P) / √2      [L, P], per layer
+//! h      = [e, rescale(W_altup[0..3] · e, to e)]                     4 AltUp streams
+//! layer l:
+//!   route(x) = tanh(W_router · norm(x, w_rn) / D)
+//!   p_j  = h_j + Σ_k C[j,k] h_k,  C = W_pred · route(h_0) as [4, 4]
+//!   x    = norm(p_0, attn_norm)
+//!   r    = (p_0 + norm(attn(x), post_attention_norm) + x + norm(W_lr · W_ll · x, laurel_post_norm)) / √2
+//!   o    = r + norm(W_down · (gelu(topk(W_gate · f)) ⊙ W_up · f), post_ffw_norm),   f = norm(r, ffn_norm)
+//!   q_j  = p_j + (W_corr · route(o) + 1)_j · (o − p_0)
+//!   h    = [q_0, q_j + norm(W_proj · (gelu(W_gate_pl · (q_0 ⊙ s)) ⊙ pli[l]), post_norm)]
+//! logits = cap(E · norm(mean(h_0, rescale(W_unembd[0..3] · h_1..3, to h_0)), output_norm))
+//! ```
+//! `rescale(y, to x) = y · rms(x) / max(rms(y), √1e-5)`; `topk(g) = relu(g −
+//! mean(g) − k · std(g))` with `k = Φ⁻¹(p)`; attention has RMS-normed query
+//! and key heads, value heads normed without a weight, NeoX RoPE (each
+//! layer type its own) and no `1/√d` scale.
+//!
+//! Where llama.cpp and transformers differ, kiln computes transformers'
+//! numbers from either source: the population standard deviation in
+//! `topk` (llama.cpp divides by `n − 1`) and the floor under AltUp's
+//! magnitudes (llama.cpp has none). GGUF files lack what llama.cpp
+//! hard-codes, and their defaults are its: 20 layers with their own keys
+//! and values, sparsity 0.95 on the first 10, every 5th layer global, a
+//! local rope base of 10000.
+
+use super::config::{self, GgufKeys, RopeConfig};
+use super::{load_head, merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
+use crate::graph::{ComparisonDirection, DType, DotDimensions, ReduceKind, TensorType};
+use crate::trace::nn::{attention, causal_mask, sliding_window_mask, Rope, RopeScaling, RopeStyle, Rotation};
+use crate::trace::{Tensor, Tracer};
+use crate::weights::gguf::{Gguf, MetadataValue};
+use crate::weights::hf_config::HfConfig;
+use serde::Deserialize;
+use std::f64::consts::FRAC_1_SQRT_2;
+
+/// AltUp's streams: the one the layers compute on and three predicted from
+/// it. llama.cpp's converter supports only 4, and so does kiln.
+pub const ALTUP_INPUTS: usize = 4;
+
+/// llama.cpp's `n_layer_kv_from_start`: GGUF files without
+/// `attention.shared_kv_layers` share keys and values from layer 20 on.
+const KV_LAYERS_FROM_START: usize = 20;
+
+/// llama.cpp's `n_layer_sparsity` and `f_sparsity_std_mul` (`Φ⁻¹(0.95)`
+/// as torch computes it), for GGUF files without `activation_sparsity_scale`.
+const SPARSE_LAYERS: usize = 10;
+const SPARSITY_STD_MUL: f64 = 1.6448533535003662;
+
+/// Every 5th layer is global unless the checkpoint says otherwise.
+const SLIDING_WINDOW_PATTERN: usize = 5;
+
+/// transformers' floor under the mean square of an AltUp projection before
+/// its magnitude is matched.
+const MAGNITUDE_FLOOR: f64 = 1e-5;
+
+/// Hyper-parameters, from GGUF metadata under llama.cpp's key names, or
+/// from HF's `config.json` ([`Config::from_hf`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// `gemma3n.block_count`
+    pub block_count: usize,
+    /// `gemma3n.embedding_length`: `D`
+    pub embedding_length: usize,
+    /// `gemma3n.feed_forward_length`, per layer
+    pub feed_forward_length: Vec<usize>,
+    /// `gemma3n.attention.head_count`
+    pub head_count: usize,
+    /// `gemma3n.attention.head_count_kv`
+    pub head_count_kv: usize,
+    /// `gemma3n.attention.key_length`
+    pub head_dim: usize,
+    /// Rows of `token_embd.weight`
+    pub vocab_size: usize,
+    /// Rows of `per_layer_token_embd.weight`: the vocabulary in GGUF, HF's
+    /// `vocab_size_per_layer_input`; tokens past it read row 0, as in
+    /// transformers.
+    pub per_layer_vocab_size: usize,
+    /// `gemma3n.embedding_length_per_layer_input`: `P`
+    pub per_layer_input: usize,
+    /// Rank of the LAuReL branch (GGUF: the rows of `blk.0.laurel_l.weight`)
+    pub laurel_rank: usize,
+    /// `gemma3n.attention.shared_kv_layers`: the last layers, which read
+    /// the keys and values of the last earlier layer of their type.
+    pub shared_kv_layers: usize,
+    /// `gemma3n.activation_sparsity_scale`: per layer, `k` of the
+    /// feed-forward's Gaussian top-k, or `None` for a dense layer.
+    pub sparsity: Vec<Option<f64>>,
+    /// The global layers' rope: `rope.freq_base` and `rope.scaling.*`.
+    pub rope: RopeConfig,
+    /// The local layers' rope: `rope.freq_base_swa` (10000 when absent).
+    pub local_rope: RopeConfig,
+    /// `gemma3n.attention.sliding_window`
+    pub sliding_window: usize,
+    /// Per layer, whether it attends within the window.
+    pub sliding: Vec<bool>,
+    /// `gemma3n.attention.layer_norm_rms_epsilon`
+    pub rms_norm_eps: f64,
+    /// `gemma3n.final_logit_softcapping`
+    pub final_logit_softcapping: Option<f64>,
+    /// GGUF stacks each kind of AltUp projection into one `[3, D, D]`
+    /// tensor (`altup_proj.weight`); HF keeps three (`altup_proj.{i}.weight`
+    /// in the names the front-end asks for).
+    pub altup_stacked: bool,
+}
+
+/// HF's `intermediate_size` or `activation_sparsity_pattern`: one value for
+/// every layer, or one per layer.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrEach<T> {
+    // First: a value of any JSON type would take an array as `One`.
+    Each(Vec<T>),
+    One(T),
+}
+
+impl Config {
+    /// Reads the `gemma3n.*` keys, each one used, listed as not changing the
+    /// forward pass, or refused ([`GgufKeys::finish`]).
+    pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
+        let keys = GgufKeys::new(gguf)?;
+        if keys.arch != "gemma3n" {
+            return Err(ModelError::UnknownArchitecture(keys.arch.clone()));
+        }
+        keys.ignore(&["context_length"]);
+        config::refuse_experts(&keys)?;
+        keys.fixed("altup.num_inputs", ALTUP_INPUTS as f64, "4 AltUp streams, as llama.cpp's converter writes")?;
+        keys.fixed("altup.active_idx", 0.0, "transformers corrects the streams after the first")?;
+        let (block_count, width, heads) =
+            (keys.count("block_count")?, keys.count("embedding_length")?, keys.count("attention.head_count")?);
+        let head_dim = keys.int_or("attention.key_length", width / heads)?;
+        config::head_dim_only(&keys, "attention.value_length", head_dim, "kiln needs values as wide as keys")?;
+        config::full_rotary(&keys, head_dim)?;
+        let positive = |v: &MetadataValue<'_>| v.as_u64().filter(|&n| n > 0).map(|n| n as usize);
+        let feed_forward_length =
+            config::per_block(&keys, "feed_forward_length", block_count, "widths", positive)?.ok_or_else(|| {
+                ModelError::MissingConfigKey { file: "GGUF metadata".into(), key: keys.key("feed_forward_length") }
+            })?;
+        // -inf where a layer is dense (the converter's Φ⁻¹(0)); +inf or NaN would zero it.
+        let scale = |v: &MetadataValue<'_>| v.as_f64().filter(|k| *k < f64::INFINITY);
+        let sparsity = match config::per_block(&keys, "activation_sparsity_scale", block_count, "numbers", scale)? {
+            Some(scales) => scales.into_iter().map(|k| k.is_finite().then_some(k)).collect(),
+            None => (0..block_count).map(|i| (i < SPARSE_LAYERS).then_some(SPARSITY_STD_MUL)).collect(),
+        };
+        let scaling = match config::rope_from_gguf(&keys)? {
+            RopeScaling::Yarn { .. } => {
+                return Err(keys.error(
+                    "rope.scaling.type",
+                    "\"yarn\"",
+                    "only linear rope scaling is supported for gemma3n",
+                ))
+            }
+            scaling => scaling,
+        };
+        let laurel_l = gguf
+            .tensor("blk.0.laurel_l.weight")
+            .ok_or_else(|| ModelError::MissingTensor("blk.0.laurel_l.weight".into()))?;
+        let vocab_size = config::vocab_size(&keys)?;
+        let config = Config {
+            block_count,
+            embedding_length: width,
+            feed_forward_length,
+            head_count: heads,
+            head_count_kv: keys.int_or("attention.head_count_kv", heads)?,
+            head_dim,
+            vocab_size,
+            per_layer_vocab_size: vocab_size,
+            per_layer_input: keys.count("embedding_length_per_layer_input")?,
+            laurel_rank: laurel_l.shape()[0],
+            shared_kv_layers: keys
+                .int_or("attention.shared_kv_layers", block_count.saturating_sub(KV_LAYERS_FROM_START))?,
+            sparsity,
+            rope: RopeConfig { theta: keys.positive_f64("rope.freq_base", Some(10_000.0))?, scaling },
+            local_rope: RopeConfig {
+                theta: keys.positive_f64("rope.freq_base_swa", Some(10_000.0))?,
+                scaling: RopeScaling::None,
+            },
+            sliding_window: keys.count("attention.sliding_window")?,
+            sliding: config::sliding_pattern(&keys, block_count, SLIDING_WINDOW_PATTERN)?,
+            rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
+            final_logit_softcapping: Some(keys.positive_f64("final_logit_softcapping", Some(30.0))?),
+            altup_stacked: true,
+        };
+        keys.finish()?;
+        config.check(|key, value, message| keys.error(key, value, message))
+    }
+
+    /// From a Hugging Face `config.json`: `model_type` gemma3n_text
+    /// (`Gemma3nForCausalLM`), or gemma3n (`Gemma3nForConditionalGeneration`,
+    /// whose `text_config` is read and whose vision and audio towers are not
+    /// exported: their tokens, from the towers' `vocab_offset` on, never
+    /// come from text). Defaults are `Gemma3nTextConfig`'s.
+    pub fn from_hf(hf: &HfConfig) -> Result<Config> {
+        let (keys, wrapper) = config::text_config(hf, "gemma3n_text", "gemma3n")?;
+        let count = |key: &str, default: usize| keys.positive(key, keys.or(key, default)?);
+        let block_count = count("num_hidden_layers", 35)?;
+        keys.fixed("hidden_activation", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
+        keys.fixed("attention_bias", "false", "attention projections without biases")?;
+        keys.fixed("altup_num_inputs", "4", "4 AltUp streams, as llama.cpp's converter writes")?;
+        keys.fixed("altup_active_idx", "0", "transformers corrects the streams after the first")?;
+        keys.fixed("altup_correct_scale", "true", "llama.cpp always scales the corrected stream")?;
+        // A training-time clamp, a learning rate, and a key transformers'
+        // Gemma 3n does not read (its attention is unscaled).
+        keys.ignore(&["max_position_embeddings", "altup_coef_clip", "altup_lr_multiplier", "query_pre_attn_scalar"]);
+        let per_layer = |key: &str, value: OneOrEach<serde_json::Value>| -> Result<Vec<serde_json::Value>> {
+            match value {
+                OneOrEach::One(v) => Ok(vec![v; block_count]),
+                OneOrEach::Each(v) if v.len() == block_count => Ok(v),
+                OneOrEach::Each(v) => Err(keys.error(
+                    key,
+                    &serde_json::json!(v),
+                    format!("must have {block_count} entries, one per layer"),
+                )),
+            }
+        };
+        let widths = match keys.get("intermediate_size")? {
+            None => vec![serde_json::json!(16_384); block_count],
+            Some(v) => per_layer("intermediate_size", v)?,
+        };
+        let feed_forward_length = widths
+            .iter()
+            .map(|w| w.as_u64().filter(|&n| n > 0).map(|n| n as usize))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| keys.error("intermediate_size", &serde_json::json!(widths), "must be positive integers"))?;
+        let pattern = match keys.get("activation_sparsity_pattern")? {
+            // transformers' default: the first 10 of more than 10 layers.
+            None => (0..block_count)
+                .map(|i| serde_json::json!(if block_count > 10 && i < 10 { 0.95 } else { 0.0 }))
+                .collect(),
+            Some(v) => per_layer("activation_sparsity_pattern", v)?,
+        };
+        let sparsity = pattern
+            .iter()
+            .map(|p| match p.as_f64() {
+                Some(p) if p == 0.0 => Ok(None),
+                Some(p) if p > 0.0 && p < 1.0 => Ok(Some(normal_quantile(p))),
+                _ => Err(keys.error(
+                    "activation_sparsity_pattern",
+                    p,
+                    "each entry must be in [0, 1): 0 for a dense layer",
+                )),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let sliding_window = match keys.has("sliding_window") {
+            false => 512,
+            true => match keys.get::<usize>("sliding_window")? {
+                Some(w) => keys.positive("sliding_window", w)?,
+                None => {
+                    return Err(keys.error(
+                        "sliding_window",
+                        &serde_json::Value::Null,
+                        "kiln needs a window for the sliding_attention layers",
+                    ))
+                }
+            },
+        };
+        let final_logit_softcapping = match keys.has("final_logit_softcapping") {
+            false => Some(30.0),
+            true => keys
+                .get::<f64>("final_logit_softcapping")?
+                .map(|_| keys.positive_f64("final_logit_softcapping", None))
+                .transpose()?,
+        };
+        let (rope, local_rope) = config::layer_type_ropes(&keys, 1_000_000.0, 10_000.0)?;
+        let config = Config {
+            block_count,
+            embedding_length: count("hidden_size", 2048)?,
+            feed_forward_length,
+            head_count: count("num_attention_heads", 8)?,
+            head_count_kv: count("num_key_value_heads", 2)?,
+            head_dim: count("head_dim", 256)?,
+            vocab_size: count("vocab_size", 262_400)?,
+            per_layer_vocab_size: count("vocab_size_per_layer_input", 262_144)?,
+            per_layer_input: count("hidden_size_per_layer_input", 256)?,
+            laurel_rank: count("laurel_rank", 64)?,
+            shared_kv_layers: keys.or("num_kv_shared_layers", 15)?,
+            sparsity,
+            rope,
+            local_rope,
+            sliding_window,
+            sliding: config::layer_types(&keys, block_count)?
+                .unwrap_or_else(|| config::every_nth_global(block_count, SLIDING_WINDOW_PATTERN)),
+            rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
+            final_logit_softcapping,
+            altup_stacked: false,
+        };
+        // Read by SafetensorsWeights, through HfConfig::tie_word_embeddings.
+        keys.get::<bool>("tie_word_embeddings")?;
+        keys.finish()?;
+        if let Some(w) = &wrapper {
+            // The towers and their soft tokens, which text prompts never reach.
+            w.ignore(&["vision_config", "audio_config", "audio_soft_tokens_per_image", "vision_soft_tokens_per_image"]);
+            w.ignore(&[
+                "boi_token_id",
+                "eoi_token_id",
+                "image_token_id",
+                "boa_token_id",
+                "eoa_token_id",
+                "audio_token_id",
+            ]);
+            w.get::<bool>("tie_word_embeddings")?;
+            w.finish()?;
+        }
+        fn hf_key(key: &str) -> &str {
+            match key {
+                "attention.shared_kv_layers" => "num_kv_shared_layers",
+                key => config::hf_name(key),
+            }
+        }
+        config.check(|key, value: usize, message| keys.error(hf_key(key), &value.into(), message))
+    }
+
+    /// What both sources must satisfy: kv heads dividing the heads, even
+    /// heads, and a layer of its own type before the shared ones for each
+    /// shared layer to read. `error(key, value, message)` names the GGUF key
+    /// in the source's own spelling.
+    fn check(self, error: impl Fn(&str, usize, String) -> ModelError) -> Result<Config> {
+        config::check_heads(self.head_count, self.head_count_kv, self.head_dim, "attention.key_length", &error)?;
+        let shared = self.shared_kv_layers;
+        if shared >= self.block_count {
+            return Err(error(
+                "attention.shared_kv_layers",
+                shared,
+                format!("leaves none of the {} layers computing keys and values", self.block_count),
+            ));
+        }
+        if let Some(i) = (self.kv_layers()..self.block_count).find(|&i| self.kv_source(i).is_none()) {
+            let kind = if self.sliding[i] { "sliding" } else { "global" };
+            return Err(error(
+                "attention.shared_kv_layers",
+                shared,
+                format!("layer {i} ({kind}) has no {kind} layer before the shared ones to read keys and values from"),
+            ));
+        }
+        Ok(self)
+    }
+
+    /// The layers that compute keys and values: the first ones, each with
+    /// its own slice of the KV cache.
+    pub fn kv_layers(&self) -> usize {
+        self.block_count - self.shared_kv_layers
+    }
+
+    /// The layer whose keys and values layer `i` attends to: itself, or for
+    /// a shared layer the last layer of its type that computes its own.
+    pub fn kv_source(&self, i: usize) -> Option<usize> {
+        match i < self.kv_layers() {
+            true => Some(i),
+            false => (0..self.kv_layers()).rev().find(|&j| self.sliding[j] == self.sliding[i]),
+        }
+    }
+
+    /// The shared layers' key and value tensors, which llama.cpp's loader
+    /// requires and older checkpoints hold, though nothing reads them.
+    pub fn unread_tensors(&self) -> Vec<String> {
+        let names = ["attn_k.weight", "attn_v.weight", "attn_k_norm.weight"];
+        (self.kv_layers()..self.block_count).flat_map(|i| names.map(|n| format!("blk.{i}.{n}"))).collect()
+    }
+}
+
+/// `Φ⁻¹(p)`, the standard normal quantile, to about 1e-9 (Acklam's
+/// rational approximation): transformers' `Normal(0, 1).icdf(p)`, which
+/// rounds to f32.
+fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969683028665376e1,
+        2.209460984245205e2,
+        -2.759285104469687e2,
+        1.383577518672690e2,
+        -3.066479806614716e1,
+        2.506628277459239,
+    ];
+    const B: [f64; 5] =
+        [-5.447609879822406e1, 1.615858368580409e2, -1.556989798598866e2, 6.680131188771972e1, -1.328068155288572e1];
+    const C: [f64; 6] = [
+        -7.784894002430293e-3,
+        -3.223964580411365e-1,
+        -2.400758277161838,
+        -2.549732539343734,
+        4.374664141464968,
+        2.938163982698783,
+    ];
+    const D: [f64; 4] = [7.784695709041462e-3, 3.224671290700398e-1, 2.445134137142996, 3.754408661907416];
+    let poly = |c: &[f64], x: f64| c.iter().fold(0.0, |acc, &k| acc * x + k);
+    let tail = |q: f64| poly(&C, q) / (poly(&D, q) * q + 1.0);
+    match p {
+        p if p < 0.02425 => tail((-2.0 * p.ln()).sqrt()),
+        p if p > 1.0 - 0.02425 => -tail((-2.0 * (1.0 - p).ln()).sqrt()),
+        p => {
+            let (q, r) = (p - 0.5, (p - 0.5) * (p - 0.5));
+            poly(&A, r) * q / (poly(&B, r) * r + 1.0)
+        }
+    }
+}
+
+/// `x · value` for a constant `value`.
+fn scale<'t>(x: &Tensor<'t>, value: f64) -> Result<Tensor<'t>> {
+    Ok(x.multiply(&x.tracer().constant(value, x.ty.clone())?)?)
+}
+
+/// `rms(x) = √mean(x²)` over the last dim (the mean square at least
+/// `floor`), broadcast back to `x`'s shape.
+fn magnitude<'t>(x: &Tensor<'t>, floor: Option<f64>) -> Result<Tensor<'t>> {
+    let last = x.ty.rank() - 1;
+    let mean_square = scale(&x.multiply(x)?.reduce(ReduceKind::Sum, &[last])?, 1.0 / x.ty.shape[last] as f64)?;
+    let mean_square = match floor {
+        Some(floor) => mean_square.maximum(&mean_square.tracer().constant(floor, mean_square.ty.clone())?)?,
+        None => mean_square,
+    };
+    Ok(mean_square.sqrt()?.broadcast_in_dim(&x.ty.shape, &(0..last).collect::<Vec<_>>())?)
+}
+
+/// Stream `i` of the AltUp streams `h [seq, 4, D]`, as `[seq, D]`.
+fn stream<'t>(h: &Tensor<'t>, i: usize) -> Result<Tensor<'t>> {
+    let (seq, width) = (h.ty.shape[0], h.ty.shape[2]);
+    Ok(h.slice(&[0, i, 0], &[seq, i + 1, width], &[1; 3])?.reshape(&[seq, width])?)
+}
+
+/// `W · x` rescaled to the magnitude `target` of the stream it came from.
+fn projected<'t>(w: &Weight<'t>, x: &Tensor<'t>, target: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let y = w.linear(x)?;
+    Ok(y.multiply(target)?.divide(&magnitude(&y, Some(MAGNITUDE_FLOOR))?)?)
+}
+
+/// The AltUp stack's weights of one layer: its router, and the
+/// coefficients that predict the streams before the layer and correct them
+/// after it.
+struct AltUp<'t> {
+    altup_router_norm: Tensor<'t>,
+    altup_router: Weight<'t>,
+    altup_predict_coef: Weight<'t>,
+    altup_correct_coef: Weight<'t>,
+    altup_correct_scale: Tensor<'t>,
+    eps: f64,
+}
+
+impl<'t> AltUp<'t> {
+    /// `tanh(W_router · norm(x, w_rn) / D)`: `[seq, 4]` mixing weights.
+    fn route(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let normed = x.rms_norm(Some(&self.altup_router_norm), self.eps)?;
+        Ok(self.altup_router.linear(&scale(&normed, 1.0 / x.ty.shape[1] as f64)?)?.tanh()?)
+    }
+
+    /// `p_j = h_j + Σ_k C[j, k] · h_k`, `C = W_pred · route(h_0)` as
+    /// `[seq, 4, 4]`: one batched product over the tokens.
+    fn predict(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let seq = h.ty.shape[0];
+        let coefs = self.altup_predict_coef.linear(&self.route(&stream(h, 0)?)?)?.reshape(&[
+            seq,
+            ALTUP_INPUTS,
+            ALTUP_INPUTS,
+        ])?;
+        let dims = DotDimensions {
+            lhs_batching_dimensions: vec![0],
+            rhs_batching_dimensions: vec![0],
+            lhs_contracting_dimensions: vec![2],
+            rhs_contracting_dimensions: vec![1],
+        };
+        Ok(h.add(&coefs.dot_general(h, dims)?)?)
+    }
+
+    /// `q_j = p_j + (W_corr · route(o) + 1)_j · (o − p_0)`: the layer's
+    /// output `o` carried into every stream.
+    fn correct(&self, p: &Tensor<'t>, o: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let coefs = self.altup_correct_coef.linear(&self.route(o)?)?;
+        let coefs = coefs.add(&coefs.tracer().constant(1.0, coefs.ty.clone())?)?;
+        let innovation = o.subtract(&stream(p, 0)?)?;
+        let shape = &p.ty.shape;
+        Ok(p.add(&coefs.broadcast_in_dim(shape, &[0, 1])?.multiply(&innovation.broadcast_in_dim(shape, &[0, 2])?)?)?)
+    }
+}
+
+/// Self-attention with normed heads and no `1/√d`: `W_o · softmax(rope(norm(W_q x)) ·
+/// rope(norm(W_k x))ᵀ + mask) · norm(W_v x)`; a shared layer has no keys
+/// and values of its own.
+struct Attention<'t> {
+    attn_q: Weight<'t>,
+    attn_q_norm: Tensor<'t>,
+    own: Option<KeyValue<'t>>,
+    attn_output: Weight<'t>,
+    head_count: usize,
+    head_count_kv: usize,
+    head_dim: usize,
+    eps: f64,
+}
+
+/// A layer's key and value projections, and the norm of its key heads.
+struct KeyValue<'t> {
+    attn_k: Weight<'t>,
+    attn_k_norm: Tensor<'t>,
+    attn_v: Weight<'t>,
+}
+
+/// Keys and values `[kv_heads, context, head_dim]` after a layer wrote them.
+type Kv<'t> = (Tensor<'t>, Tensor<'t>);
+
+impl<'t> Attention<'t> {
+    /// `x [seq, D]` -> `[seq, D]`, and the keys and values it attended to
+    /// if it computed them (written into the cache at `layer`); a shared
+    /// layer attends to `shared`.
+    fn forward(
+        &self,
+        x: &Tensor<'t>,
+        rotation: &Rotation<'t>,
+        mask: &Tensor<'t>,
+        shared: Option<&Kv<'t>>,
+        cache: &mut KvCache<'t>,
+        layer: usize,
+    ) -> Result<(Tensor<'t>, Option<Kv<'t>>)> {
+        let heads = |y: &Tensor<'t>, n: usize, norm: Option<&Tensor<'t>>| {
+            split_heads(y, n, self.head_dim)?.rms_norm(norm, self.eps).map_err(ModelError::from)
+        };
+        let q = rotation.apply(&heads(&self.attn_q.linear(x)?, self.head_count, Some(&self.attn_q_norm))?)?;
+        let computed = match &self.own {
+            Some(kv) => {
+                let k = rotation.apply(&heads(&kv.attn_k.linear(x)?, self.head_count_kv, Some(&kv.attn_k_norm))?)?;
+                let v = heads(&kv.attn_v.linear(x)?, self.head_count_kv, None)?;
+                Some(cache.write(layer, &k, &v)?)
+            }
+            None => None,
+        };
+        let (k, v) = computed.as_ref().or(shared).ok_or_else(|| {
+            ModelError::Config(format!("layer {layer} shares keys and values, but no layer before it computes them"))
+        })?;
+        let a = attention(&q, k, v, Some(mask), 1.0, None)?;
+        Ok((self.attn_output.linear(&merge_heads(&a)?)?, computed))
+    }
+}
+
+/// The GeGLU feed-forward, its gate sparse where `sparsity` is `k`:
+/// `W_down · (gelu(topk(W_gate · f)) ⊙ W_up · f)`.
+struct FeedForward<'t> {
+    ffn_gate: Weight<'t>,
+    ffn_up: Weight<'t>,
+    ffn_down: Weight<'t>,
+    sparsity: Option<f64>,
+}
+
+impl<'t> FeedForward<'t> {
+    fn forward(&self, f: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let mut gate = self.ffn_gate.linear(f)?;
+        if let Some(k) = self.sparsity {
+            gate = gaussian_top_k(&gate, k)?;
+        }
+        Ok(self.ffn_down.linear(&gate.gelu_tanh()?.multiply(&self.ffn_up.linear(f)?)?)?)
+    }
+}
+
+/// `relu(g − (mean(g) + k · std(g)))` over the last dim, with the
+/// population standard deviation (transformers' `unbiased=False`): keeps the
+/// values above the `Φ(k)` quantile of a normal fit of the row.
+fn gaussian_top_k<'t>(g: &Tensor<'t>, k: f64) -> Result<Tensor<'t>> {
+    let last = g.ty.rank() - 1;
+    let mean = |x: &Tensor<'t>| -> Result<Tensor<'t>> {
+        let m = scale(&x.reduce(ReduceKind::Sum, &[last])?, 1.0 / x.ty.shape[last] as f64)?;
+        Ok(m.broadcast_in_dim(&x.ty.shape, &(0..last).collect::<Vec<_>>())?)
+    };
+    let centered = g.subtract(&mean(g)?)?;
+    let std = mean(&centered.multiply(&centered)?)?.sqrt()?;
+    let above = centered.subtract(&scale(&std, k)?)?;
+    Ok(above.maximum(&g.tracer().constant(0.0, g.ty.clone())?)?)
+}
+
+/// One layer's weights: attention, LAuReL, feed-forward, their norms, the
+/// per-layer input's gate and projection, and AltUp's.
+struct Layer<'t> {
+    attn_norm: Tensor<'t>,
+    attn: Attention<'t>,
+    post_attention_norm: Tensor<'t>,
+    laurel_l: Weight<'t>,
+    laurel_r: Weight<'t>,
+    laurel_post_norm: Tensor<'t>,
+    ffn_norm: Tensor<'t>,
+    ffn: FeedForward<'t>,
+    post_ffw_norm: Tensor<'t>,
+    inp_gate: Weight<'t>,
+    proj: Weight<'t>,
+    post_norm: Tensor<'t>,
+    altup: AltUp<'t>,
+    eps: f64,
+}
+
+impl<'t> Layer<'t> {
+    fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
+        let (d, ff, hd) = (c.embedding_length, c.feed_forward_length[i], c.head_dim);
+        let (q_dim, kv_dim) = (c.head_count * hd, c.head_count_kv * hd);
+        let m = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape);
+        let v = |name: &str, len: usize| m(name, &[len])?.f32();
+        let own = match c.kv_source(i) == Some(i) {
+            true => Some(KeyValue {
+                attn_k: m("attn_k", &[kv_dim, d])?,
+                attn_k_norm: v("attn_k_norm", hd)?,
+                attn_v: m("attn_v", &[kv_dim, d])?,
+            }),
+            false => None,
+        };
+        let eps = c.rms_norm_eps;
+        Ok(Layer {
+            attn_norm: v("attn_norm", d)?,
+            attn: Attention {
+                attn_q: m("attn_q", &[q_dim, d])?,
+                attn_q_norm: v("attn_q_norm", hd)?,
+                own,
+                attn_output: m("attn_output", &[d, q_dim])?,
+                head_count: c.head_count,
+                head_count_kv: c.head_count_kv,
+                head_dim: hd,
+                eps,
+            },
+            post_attention_norm: v("post_attention_norm", d)?,
+            laurel_l: m("laurel_l", &[c.laurel_rank, d])?,
+            laurel_r: m("laurel_r", &[d, c.laurel_rank])?,
+            laurel_post_norm: v("laurel_post_norm", d)?,
+            ffn_norm: v("ffn_norm", d)?,
+            ffn: FeedForward {
+                ffn_gate: m("ffn_gate", &[ff, d])?,
+                ffn_up: m("ffn_up", &[ff, d])?,
+                ffn_down: m("ffn_down", &[d, ff])?,
+                sparsity: c.sparsity[i],
+            },
+            post_ffw_norm: v("post_ffw_norm", d)?,
+            inp_gate: m("inp_gate", &[c.per_layer_input, d])?,
+            proj: m("proj", &[d, c.per_layer_input])?,
+            post_norm: v("post_norm", d)?,
+            altup: AltUp {
+                altup_router_norm: v("altup_router_norm", d)?,
+                altup_router: m("altup_router", &[ALTUP_INPUTS, d])?,
+                altup_predict_coef: m("altup_predict_coef", &[ALTUP_INPUTS * ALTUP_INPUTS, ALTUP_INPUTS])?,
+                altup_correct_coef: m("altup_correct_coef", &[ALTUP_INPUTS, ALTUP_INPUTS])?,
+                altup_correct_scale: v("altup_correct_scale", d)?,
+                eps,
+            },
+            eps,
+        })
+    }
+
+    /// The streams `h [seq, 4, D]` through the layer, with this layer's
+    /// per-layer input `pli [seq, P]`; also the keys and values it computed.
+    fn forward(
+        &self,
+        h: &Tensor<'t>,
+        pli: &Tensor<'t>,
+        (rotation, mask): (&Rotation<'t>, &Tensor<'t>),
+        shared: Option<&Kv<'t>>,
+        cache: &mut KvCache<'t>,
+        layer: usize,
+    ) -> Result<(Tensor<'t>, Option<Kv<'t>>)> {
+        let norm = |y: &Tensor<'t>, w: &Tensor<'t>| y.rms_norm(Some(w), self.eps).map_err(ModelError::from);
+        let p = self.altup.predict(h)?;
+        let active = stream(&p, 0)?;
+        let x = norm(&active, &self.attn_norm)?;
+        let laurel = x.add(&norm(&self.laurel_r.linear(&self.laurel_l.linear(&x)?)?, &self.laurel_post_norm)?)?;
+        let (attn, kv) = self.attn.forward(&x, rotation, mask, shared, cache, layer)?;
+        let r = scale(&active.add(&norm(&attn, &self.post_attention_norm)?)?.add(&laurel)?, FRAC_1_SQRT_2)?;
+        let o = r.add(&norm(&self.ffn.forward(&norm(&r, &self.ffn_norm)?)?, &self.post_ffw_norm)?)?;
+        let q = self.altup.correct(&p, &o)?;
+        // The per-layer input, gated by the corrected first stream, goes to
+        // the other three.
+        let gated = self
+            .inp_gate
+            .linear(&stream(&q, 0)?.multiply(&self.altup.altup_correct_scale.broadcast_in_dim(&o.ty.shape, &[1])?)?)?;
+        let z = norm(&self.proj.linear(&gated.gelu_tanh()?.multiply(pli)?)?, &self.post_norm)?;
+        let (seq, width) = (o.ty.shape[0], o.ty.shape[1]);
+        let rest = q.slice(&[0, 1, 0], &[seq, ALTUP_INPUTS, width], &[1; 3])?;
+        let rest = rest.add(&z.broadcast_in_dim(&rest.ty.shape, &[0, 2])?)?;
+        let first = q.slice(&[0, 0, 0], &[seq, 1, width], &[1; 3])?;
+        Ok((o.tracer().concatenate(&[&first, &rest], 1)?, kv))
+    }
+}
+
+/// The whole model: embeddings (the token's and its per-layer ones), the
+/// AltUp projections in and out, the layers, and the tied head.
+pub struct Gemma3n<'t> {
+    tracer: &'t Tracer,
+    /// The hyper-parameters the model was loaded with.
+    pub config: Config,
+    token_embd: Weight<'t>,
+    per_layer_token_embd: Weight<'t>,
+    per_layer_model_proj: Weight<'t>,
+    per_layer_proj_norm: Tensor<'t>,
+    altup_proj: Vec<Weight<'t>>,
+    altup_unembd_proj: Vec<Weight<'t>>,
+    layers: Vec<Layer<'t>>,
+    output_norm: Tensor<'t>,
+    output: Weight<'t>,
+}
+
+impl<'t> Gemma3n<'t> {
+    /// Declares every weight in `t`, checking each shape against `c`.
+    pub fn load(t: &'t Tracer, c: &Config, weights: &dyn Checkpoint) -> Result<Self> {
+        let c = c.clone();
+        let (d, per_layer) = (c.embedding_length, c.block_count * c.per_layer_input);
+        let token_embd = weights.load(t, "token_embd.weight", &[c.vocab_size, d])?;
+        let projections = |name: &str| -> Result<Vec<Weight<'t>>> {
+            let n = ALTUP_INPUTS - 1;
+            match c.altup_stacked {
+                true => weights.load(t, &format!("{name}.weight"), &[n, d, d])?.matrices(),
+                false => (0..n).map(|i| weights.load(t, &format!("{name}.{i}.weight"), &[d, d])).collect(),
+            }
+        };
+        let (output_norm, output) = load_head(t, weights, &token_embd)?;
+        Ok(Gemma3n {
+            tracer: t,
+            per_layer_token_embd: weights.load(
+                t,
+                "per_layer_token_embd.weight",
+                &[c.per_layer_vocab_size, per_layer],
+            )?,
+            per_layer_model_proj: weights.load(t, "per_layer_model_proj.weight", &[per_layer, d])?,
+            per_layer_proj_norm: weights.load(t, "per_layer_proj_norm.weight", &[c.per_layer_input])?.f32()?,
+            altup_proj: projections("altup_proj")?,
+            altup_unembd_proj: projections("altup_unembd_proj")?,
+            layers: (0..c.block_count).map(|i| Layer::load(t, weights, i, &c)).collect::<Result<_>>()?,
+            token_embd,
+            output_norm,
+            output,
+            config: c,
+        })
+    }
+
+    /// `pli [seq, L, P] = (norm(W_plm · e / √D, w_pln) + E_pl[tok] · √P) / √2`,
+    /// from the tokens and their scaled embeddings `e [seq, D]`. A packed
+    /// table dequantizes only the rows of the tokens ([`Weight::rows`]).
+    fn per_layer_inputs(&self, tokens: &Tensor<'t>, e: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let c = &self.config;
+        let shape = [tokens.ty.shape[0], c.block_count, c.per_layer_input];
+        // transformers reads row 0 for tokens past the table (E2B's 256 soft tokens).
+        let ids = match c.per_layer_vocab_size < c.vocab_size {
+            true => {
+                let limit = self.tracer.constant(c.per_layer_vocab_size as f64, tokens.ty.clone())?;
+                let zero = self.tracer.constant(0.0, tokens.ty.clone())?;
+                tokens.compare(ComparisonDirection::Lt, &limit)?.select(tokens, &zero)?
+            }
+            false => tokens.clone(),
+        };
+        let table =
+            scale(&self.per_layer_token_embd.rows(&ids)?, (c.per_layer_input as f64).sqrt())?.reshape(&shape)?;
+        let projected = scale(&self.per_layer_model_proj.linear(e)?, 1.0 / (c.embedding_length as f64).sqrt())?;
+        let projected = projected.reshape(&shape)?.rms_norm(Some(&self.per_layer_proj_norm), c.rms_norm_eps)?;
+        scale(&projected.add(&table)?, FRAC_1_SQRT_2)
+    }
+
+    /// The four streams `[seq, 4, D]`: `e`, and its three projections at
+    /// `e`'s magnitude.
+    fn streams(&self, e: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let (seq, d) = (e.ty.shape[0], e.ty.shape[1]);
+        let target = magnitude(e, None)?;
+        let mut parts = vec![e.reshape(&[seq, 1, d])?];
+        for w in &self.altup_proj {
+            parts.push(projected(w, e, &target)?.reshape(&[seq, 1, d])?);
+        }
+        Ok(self.tracer.concatenate(&parts.iter().collect::<Vec<_>>(), 1)?)
+    }
+
+    /// The streams' mean, the last three projected back at the first's
+    /// magnitude: `[seq, D]`.
+    fn merge(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let first = stream(h, 0)?;
+        let target = magnitude(&first, None)?;
+        let mut sum = first.clone();
+        for (i, w) in self.altup_unembd_proj.iter().enumerate() {
+            sum = sum.add(&projected(w, &stream(h, i + 1)?, &target)?)?;
+        }
+        scale(&sum, 1.0 / ALTUP_INPUTS as f64)
+    }
+}
+
+impl<'t> Decoder<'t> for Gemma3n<'t> {
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    /// Only the layers that compute keys and values have a slice.
+    fn cache_types(&self, max_context: usize) -> (TensorType, TensorType) {
+        let c = &self.config;
+        let ty = TensorType::new([c.kv_layers(), c.head_count_kv, max_context, c.head_dim], DType::F32);
+        (ty.clone(), ty)
+    }
+
+    fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
+        let (c, t) = (&self.config, self.tracer);
+        let seq = tokens.ty.shape[0];
+        let positions = cache.positions(seq)?;
+        let (context, start) = (cache.context(), cache.start.clone());
+        let rope =
+            |r: &RopeConfig| Rope::new(c.head_dim, r.theta, RopeStyle::NeoX).with_scaling(r.scaling).at(&positions);
+        let global = (rope(&c.rope)?, causal_mask(t, seq, context, &start)?);
+        let local = (rope(&c.local_rope)?, sliding_window_mask(t, seq, context, &start, c.sliding_window)?);
+        // The embedding is scaled in f32, as llama.cpp does (HF rounds √D
+        // to the weights' dtype first).
+        let e = scale(&self.token_embd.rows(tokens)?, (c.embedding_length as f64).sqrt())?;
+        let pli = self.per_layer_inputs(tokens, &e)?;
+        let mut h = self.streams(&e)?;
+        // The keys and values the shared layers read: the last computed by
+        // a local layer and by a global one.
+        let mut last_kv: [Option<Kv<'t>>; 2] = [None, None];
+        for (i, layer) in self.layers.iter().enumerate() {
+            let sliding = c.sliding[i];
+            let (rotation, mask) = if sliding { &local } else { &global };
+            let pli =
+                pli.slice(&[0, i, 0], &[seq, i + 1, c.per_layer_input], &[1; 3])?.reshape(&[seq, c.per_layer_input])?;
+            let (next, kv) = layer.forward(&h, &pli, (rotation, mask), last_kv[sliding as usize].as_ref(), cache, i)?;
+            if kv.is_some() {
+                last_kv[sliding as usize] = kv;
+            }
+            h = next;
+        }
+        let x = self.merge(&h)?.rms_norm(Some(&self.output_norm), c.rms_norm_eps)?;
+        let logits = self.output.linear(&x)?;
+        Ok(match c.final_logit_softcapping {
+            Some(cap) => logits.soft_cap(cap)?,
+            None => logits,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp;
+    use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
+    use crate::models::{token_ids, Family, GgufWeights, PackedPolicy, Serving};
+    use std::path::{Path, PathBuf};
+
+    /// The fixtures of test/models/transformers_reference.py.
+    fn fixture(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/transformers").join(name)
+    }
+
+    const PROMPT: [u32; 12] = [1, 7, 3, 12, 5, 9, 2, 14, 6, 11, 4, 13];
+
+    fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+        assert_eq!(a.len(), b.len());
+        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+    }
+
+    /// The interpreter's prefill logits of the checkpoint, against transformers'.
+    fn interpreter_diff(family: &Family, weights: &dyn Checkpoint, reference: &Path) -> f64 {
+        let serving = Serving::new(family, weights, 16).unwrap();
+        let got = interp::run(&serving.prefill, &[token_ids(&PROMPT)], weights).unwrap().remove(0).to_f64_vec();
+        max_abs_diff(&got, &crate::npy::read(reference).unwrap().to_f64_vec())
+    }
+
+    #[test]
+    fn tiny_gemma3n_interpreter_matches_transformers() {
+        let gguf = Gguf::open(&fixture("gemma3n/gemma3n.gguf")).unwrap();
+        let weights = GgufWeights::new(&gguf, PackedPolicy::Fail).unwrap();
+        let diff = interpreter_diff(&Family::from_gguf(&gguf).unwrap(), &weights, &fixture("gemma3n/reference.npy"));
+        eprintln!("GGUF: {diff:e}");
+        for case in ["gemma3n", "gemma3n_multimodal"] {
+            let checkpoint = HfCheckpoint::open(&fixture(case)).unwrap();
+            let weights = SafetensorsWeights::new(&checkpoint).unwrap();
+            let family = Family::from_hf(&checkpoint.config).unwrap();
+            let diff = interpreter_diff(&family, &weights, &fixture(&format!("{case}/reference.npy")));
+            eprintln!("{case}: {diff:e}");
+        }
+    }
+}
