@@ -31,8 +31,13 @@ fn case_dir(name: &str) -> PathBuf {
 /// prefill + decode against transformers' logits; returns the largest
 /// difference.
 fn matches_transformers(name: &str) -> f64 {
-    let model = case_dir(name);
-    let reference = npy::read(&model.join("reference.npy")).unwrap();
+    matches_transformers_from(&case_dir(name), name)
+}
+
+/// [`matches_transformers`] of the checkpoint at `model` (a directory or a
+/// GGUF file) against the logits of case `name`.
+fn matches_transformers_from(model: &Path, name: &str) -> f64 {
+    let reference = npy::read(&case_dir(name).join("reference.npy")).unwrap();
     let (n, vocab) = (reference.ty.shape[0], reference.ty.shape[1]);
     assert_eq!(n, PROMPT.len());
     let want = reference.to_f64_vec();
@@ -42,8 +47,8 @@ fn matches_transformers(name: &str) -> f64 {
         max_context: 16,
         ..ExportOptions::default()
     };
-    let (dir, summary) = export_and_compile(&model, &options);
-    assert_eq!(summary.params_written, 0, "the safetensors are read in place");
+    let (dir, summary) = export_and_compile(model, &options);
+    assert_eq!(summary.params_written, 0, "the checkpoint is read in place");
     let start = Instant::now();
 
     let full = run(dir.path(), "prefill", &[token_ids(&PROMPT)], 3)[0].to_f64_vec();
@@ -111,6 +116,21 @@ fn gemma3_text_matches_transformers() {
 #[test]
 fn gemma3_multimodal_text_part_matches_transformers() {
     matches_transformers("gemma3_multimodal");
+}
+
+/// Gemma 3n from its HF checkpoint and from the GGUF that llama.cpp's
+/// converter would write of it (test/models/gemma3n_to_gguf.py).
+#[test]
+fn gemma3n_matches_transformers() {
+    matches_transformers("gemma3n");
+    matches_transformers_from(&case_dir("gemma3n").join("gemma3n.gguf"), "gemma3n");
+}
+
+/// The text part of Gemma3nForConditionalGeneration, whose per-layer table
+/// is shorter than the vocabulary (token 14 of the prompt reads row 0).
+#[test]
+fn gemma3n_multimodal_text_part_matches_transformers() {
+    matches_transformers("gemma3n_multimodal");
 }
 
 /// The checkpoints' configs with one key changed are refused, naming it.

@@ -45,7 +45,7 @@
 
 use super::config::{self, GgufKeys, RopeConfig};
 use super::{load_head, merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
-use crate::graph::{ComparisonDirection, DType, DotDimensions, ReduceKind, TensorType};
+use crate::graph::{ComparisonDirection, DType, ReduceKind, TensorType};
 use crate::trace::nn::{attention, causal_mask, sliding_window_mask, Rope, RopeScaling, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::{Gguf, MetadataValue};
@@ -418,7 +418,7 @@ fn scale<'t>(x: &Tensor<'t>, value: f64) -> Result<Tensor<'t>> {
 }
 
 /// `rms(x) = √mean(x²)` over the last dim (the mean square at least
-/// `floor`), broadcast back to `x`'s shape.
+/// `floor`): `x [seq, D]` -> `[seq]`.
 fn magnitude<'t>(x: &Tensor<'t>, floor: Option<f64>) -> Result<Tensor<'t>> {
     let last = x.ty.rank() - 1;
     let mean_square = scale(&x.multiply(x)?.reduce(ReduceKind::Sum, &[last])?, 1.0 / x.ty.shape[last] as f64)?;
@@ -426,19 +426,36 @@ fn magnitude<'t>(x: &Tensor<'t>, floor: Option<f64>) -> Result<Tensor<'t>> {
         Some(floor) => mean_square.maximum(&mean_square.tracer().constant(floor, mean_square.ty.clone())?)?,
         None => mean_square,
     };
-    Ok(mean_square.sqrt()?.broadcast_in_dim(&x.ty.shape, &(0..last).collect::<Vec<_>>())?)
+    Ok(mean_square.sqrt()?)
 }
 
-/// Stream `i` of the AltUp streams `h [seq, 4, D]`, as `[seq, D]`.
-fn stream<'t>(h: &Tensor<'t>, i: usize) -> Result<Tensor<'t>> {
-    let (seq, width) = (h.ty.shape[0], h.ty.shape[2]);
-    Ok(h.slice(&[0, i, 0], &[seq, i + 1, width], &[1; 3])?.reshape(&[seq, width])?)
+/// The AltUp streams, `[seq, D]` each. They stay four tensors rather than
+/// one `[seq, 4, D]`: iree-compile 3.13 exceeds its stack allocation limit
+/// on a matrix product whose input is a strided slice of `?` rows.
+type Streams<'t> = Vec<Tensor<'t>>;
+
+/// Column `j` of `c [seq, n]`, broadcast over the `[seq, D]` of `like`.
+fn column<'t>(c: &Tensor<'t>, j: usize, like: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let seq = c.ty.shape[0];
+    let col = c.slice(&[0, j], &[seq, j + 1], &[1, 1])?.reshape(&[seq])?;
+    Ok(col.broadcast_in_dim(&like.ty.shape, &[0])?)
 }
 
-/// `W · x` rescaled to the magnitude `target` of the stream it came from.
-fn projected<'t>(w: &Weight<'t>, x: &Tensor<'t>, target: &Tensor<'t>) -> Result<Tensor<'t>> {
-    let y = w.linear(x)?;
-    Ok(y.multiply(target)?.divide(&magnitude(&y, Some(MAGNITUDE_FLOOR))?)?)
+/// The three AltUp projections of one kind (into the streams, or back
+/// out): GGUF's one `[3, D, D]` tensor, or HF's three `[D, D]` ones.
+fn projections<'t>(t: &'t Tracer, weights: &dyn Checkpoint, name: &str, c: &Config) -> Result<Vec<Weight<'t>>> {
+    let (n, d) = (ALTUP_INPUTS - 1, c.embedding_length);
+    match c.altup_stacked {
+        true => weights.load(t, &format!("{name}.weight"), &[n, d, d])?.matrices(),
+        false => (0..n).map(|i| weights.load(t, &format!("{name}.{i}.weight"), &[d, d])).collect(),
+    }
+}
+
+/// `y [seq, D]` rescaled to `target [seq]`, the magnitude of the stream it
+/// was projected from.
+fn rescaled<'t>(y: &Tensor<'t>, target: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let per_token = |m: &Tensor<'t>| m.broadcast_in_dim(&y.ty.shape, &[0]);
+    Ok(y.multiply(&per_token(target)?)?.divide(&per_token(&magnitude(y, Some(MAGNITUDE_FLOOR))?)?)?)
 }
 
 /// The AltUp stack's weights of one layer: its router, and the
@@ -460,32 +477,26 @@ impl<'t> AltUp<'t> {
         Ok(self.altup_router.linear(&scale(&normed, 1.0 / x.ty.shape[1] as f64)?)?.tanh()?)
     }
 
-    /// `p_j = h_j + Σ_k C[j, k] · h_k`, `C = W_pred · route(h_0)` as
-    /// `[seq, 4, 4]`: one batched product over the tokens.
-    fn predict(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let seq = h.ty.shape[0];
-        let coefs = self.altup_predict_coef.linear(&self.route(&stream(h, 0)?)?)?.reshape(&[
-            seq,
-            ALTUP_INPUTS,
-            ALTUP_INPUTS,
-        ])?;
-        let dims = DotDimensions {
-            lhs_batching_dimensions: vec![0],
-            rhs_batching_dimensions: vec![0],
-            lhs_contracting_dimensions: vec![2],
-            rhs_contracting_dimensions: vec![1],
-        };
-        Ok(h.add(&coefs.dot_general(h, dims)?)?)
+    /// `p_j = h_j + Σ_k C[j, k] · h_k`, `C = W_pred · route(h_0)`: per
+    /// token, element-wise.
+    fn predict(&self, h: &Streams<'t>) -> Result<Streams<'t>> {
+        let coefs = self.altup_predict_coef.linear(&self.route(&h[0])?)?;
+        (0..ALTUP_INPUTS)
+            .map(|j| {
+                h.iter().enumerate().try_fold(h[j].clone(), |p, (k, h_k)| {
+                    Ok(p.add(&column(&coefs, j * ALTUP_INPUTS + k, h_k)?.multiply(h_k)?)?)
+                })
+            })
+            .collect()
     }
 
     /// `q_j = p_j + (W_corr · route(o) + 1)_j · (o − p_0)`: the layer's
     /// output `o` carried into every stream.
-    fn correct(&self, p: &Tensor<'t>, o: &Tensor<'t>) -> Result<Tensor<'t>> {
+    fn correct(&self, p: &Streams<'t>, o: &Tensor<'t>) -> Result<Streams<'t>> {
         let coefs = self.altup_correct_coef.linear(&self.route(o)?)?;
         let coefs = coefs.add(&coefs.tracer().constant(1.0, coefs.ty.clone())?)?;
-        let innovation = o.subtract(&stream(p, 0)?)?;
-        let shape = &p.ty.shape;
-        Ok(p.add(&coefs.broadcast_in_dim(shape, &[0, 1])?.multiply(&innovation.broadcast_in_dim(shape, &[0, 2])?)?)?)
+        let innovation = o.subtract(&p[0])?;
+        p.iter().enumerate().map(|(j, p_j)| Ok(p_j.add(&column(&coefs, j, o)?.multiply(&innovation)?)?)).collect()
     }
 }
 
@@ -653,37 +664,34 @@ impl<'t> Layer<'t> {
         })
     }
 
-    /// The streams `h [seq, 4, D]` through the layer, with this layer's
-    /// per-layer input `pli [seq, P]`; also the keys and values it computed.
+    /// The streams through the layer, with this layer's per-layer input
+    /// `pli [seq, P]`; also the keys and values it computed.
     fn forward(
         &self,
-        h: &Tensor<'t>,
+        h: &Streams<'t>,
         pli: &Tensor<'t>,
         (rotation, mask): (&Rotation<'t>, &Tensor<'t>),
         shared: Option<&Kv<'t>>,
         cache: &mut KvCache<'t>,
         layer: usize,
-    ) -> Result<(Tensor<'t>, Option<Kv<'t>>)> {
+    ) -> Result<(Streams<'t>, Option<Kv<'t>>)> {
         let norm = |y: &Tensor<'t>, w: &Tensor<'t>| y.rms_norm(Some(w), self.eps).map_err(ModelError::from);
         let p = self.altup.predict(h)?;
-        let active = stream(&p, 0)?;
-        let x = norm(&active, &self.attn_norm)?;
+        let x = norm(&p[0], &self.attn_norm)?;
         let laurel = x.add(&norm(&self.laurel_r.linear(&self.laurel_l.linear(&x)?)?, &self.laurel_post_norm)?)?;
         let (attn, kv) = self.attn.forward(&x, rotation, mask, shared, cache, layer)?;
-        let r = scale(&active.add(&norm(&attn, &self.post_attention_norm)?)?.add(&laurel)?, FRAC_1_SQRT_2)?;
+        let r = scale(&p[0].add(&norm(&attn, &self.post_attention_norm)?)?.add(&laurel)?, FRAC_1_SQRT_2)?;
         let o = r.add(&norm(&self.ffn.forward(&norm(&r, &self.ffn_norm)?)?, &self.post_ffw_norm)?)?;
-        let q = self.altup.correct(&p, &o)?;
+        let mut q = self.altup.correct(&p, &o)?;
         // The per-layer input, gated by the corrected first stream, goes to
         // the other three.
-        let gated = self
-            .inp_gate
-            .linear(&stream(&q, 0)?.multiply(&self.altup.altup_correct_scale.broadcast_in_dim(&o.ty.shape, &[1])?)?)?;
+        let correct_scale = self.altup.altup_correct_scale.broadcast_in_dim(&o.ty.shape, &[1])?;
+        let gated = self.inp_gate.linear(&q[0].multiply(&correct_scale)?)?;
         let z = norm(&self.proj.linear(&gated.gelu_tanh()?.multiply(pli)?)?, &self.post_norm)?;
-        let (seq, width) = (o.ty.shape[0], o.ty.shape[1]);
-        let rest = q.slice(&[0, 1, 0], &[seq, ALTUP_INPUTS, width], &[1; 3])?;
-        let rest = rest.add(&z.broadcast_in_dim(&rest.ty.shape, &[0, 2])?)?;
-        let first = q.slice(&[0, 0, 0], &[seq, 1, width], &[1; 3])?;
-        Ok((o.tracer().concatenate(&[&first, &rest], 1)?, kv))
+        for q_j in &mut q[1..] {
+            *q_j = q_j.add(&z)?;
+        }
+        Ok((q, kv))
     }
 }
 
@@ -710,13 +718,6 @@ impl<'t> Gemma3n<'t> {
         let c = c.clone();
         let (d, per_layer) = (c.embedding_length, c.block_count * c.per_layer_input);
         let token_embd = weights.load(t, "token_embd.weight", &[c.vocab_size, d])?;
-        let projections = |name: &str| -> Result<Vec<Weight<'t>>> {
-            let n = ALTUP_INPUTS - 1;
-            match c.altup_stacked {
-                true => weights.load(t, &format!("{name}.weight"), &[n, d, d])?.matrices(),
-                false => (0..n).map(|i| weights.load(t, &format!("{name}.{i}.weight"), &[d, d])).collect(),
-            }
-        };
         let (output_norm, output) = load_head(t, weights, &token_embd)?;
         Ok(Gemma3n {
             tracer: t,
@@ -727,8 +728,8 @@ impl<'t> Gemma3n<'t> {
             )?,
             per_layer_model_proj: weights.load(t, "per_layer_model_proj.weight", &[per_layer, d])?,
             per_layer_proj_norm: weights.load(t, "per_layer_proj_norm.weight", &[c.per_layer_input])?.f32()?,
-            altup_proj: projections("altup_proj")?,
-            altup_unembd_proj: projections("altup_unembd_proj")?,
+            altup_proj: projections(t, weights, "altup_proj", &c)?,
+            altup_unembd_proj: projections(t, weights, "altup_unembd_proj", &c)?,
             layers: (0..c.block_count).map(|i| Layer::load(t, weights, i, &c)).collect::<Result<_>>()?,
             token_embd,
             output_norm,
@@ -759,27 +760,20 @@ impl<'t> Gemma3n<'t> {
         scale(&projected.add(&table)?, FRAC_1_SQRT_2)
     }
 
-    /// The four streams `[seq, 4, D]`: `e`, and its three projections at
-    /// `e`'s magnitude.
-    fn streams(&self, e: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let (seq, d) = (e.ty.shape[0], e.ty.shape[1]);
+    /// The four streams: `e`, and its three projections at `e`'s magnitude.
+    fn streams(&self, e: &Tensor<'t>) -> Result<Streams<'t>> {
         let target = magnitude(e, None)?;
-        let mut parts = vec![e.reshape(&[seq, 1, d])?];
-        for w in &self.altup_proj {
-            parts.push(projected(w, e, &target)?.reshape(&[seq, 1, d])?);
-        }
-        Ok(self.tracer.concatenate(&parts.iter().collect::<Vec<_>>(), 1)?)
+        let projected = self.altup_proj.iter().map(|w| rescaled(&w.linear(e)?, &target));
+        std::iter::once(Ok(e.clone())).chain(projected).collect()
     }
 
     /// The streams' mean, the last three projected back at the first's
     /// magnitude: `[seq, D]`.
-    fn merge(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let first = stream(h, 0)?;
-        let target = magnitude(&first, None)?;
-        let mut sum = first.clone();
-        for (i, w) in self.altup_unembd_proj.iter().enumerate() {
-            sum = sum.add(&projected(w, &stream(h, i + 1)?, &target)?)?;
-        }
+    fn merge(&self, h: &Streams<'t>) -> Result<Tensor<'t>> {
+        let target = magnitude(&h[0], None)?;
+        let sum = self.altup_unembd_proj.iter().zip(&h[1..]).try_fold(h[0].clone(), |sum, (w, h_i)| {
+            Ok::<_, ModelError>(sum.add(&rescaled(&w.linear(h_i)?, &target)?)?)
+        })?;
         scale(&sum, 1.0 / ALTUP_INPUTS as f64)
     }
 }
