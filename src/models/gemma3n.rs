@@ -830,9 +830,13 @@ impl<'t> Decoder<'t> for Gemma3n<'t> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::{Graph, Node, Op, ValueId, DYNAMIC};
     use crate::interp;
     use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
     use crate::models::{token_ids, Family, GgufWeights, PackedPolicy, Serving};
+    use crate::weights::gguf_writer::{GgufWriter, TensorData, Value};
+    use crate::weights::synth::{self, Preset, SynthData};
+    use std::collections::HashSet;
     use std::path::{Path, PathBuf};
 
     /// The fixtures of test/models/transformers_reference.py.
@@ -852,6 +856,159 @@ mod tests {
         let serving = Serving::new(family, weights, 16).unwrap();
         let got = interp::run(&serving.prefill, &[token_ids(&PROMPT)], weights).unwrap().remove(0).to_f64_vec();
         max_abs_diff(&got, &crate::npy::read(reference).unwrap().to_f64_vec())
+    }
+
+    /// The tiny GGUF of test/models/gemma3n_to_gguf.py with `meta` keys set
+    /// (or removed, with `None`) and the tensor `drop` left out.
+    fn edited(meta: &[(&str, Option<Value>)], drop: Option<&str>) -> Gguf<Vec<u8>> {
+        let source = Gguf::open(&fixture("gemma3n/gemma3n.gguf")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("edited.gguf");
+        let mut w = GgufWriter::new(&path);
+        for (key, value) in source.metadata().filter(|(k, _)| !meta.iter().any(|(m, _)| m == k)) {
+            w.add(key, value).unwrap();
+        }
+        for (key, value) in meta {
+            if let Some(value) = value {
+                w.add(key, value.clone()).unwrap();
+            }
+        }
+        let kept: Vec<_> = source.tensors().filter(|t| Some(t.name) != drop).collect();
+        for t in &kept {
+            w.add_tensor(t.name, &t.shape(), t.ggml_type).unwrap();
+        }
+        w.write_data(|i| TensorData::Bytes(kept[i].data)).unwrap();
+        Gguf::parse(std::fs::read(&path).unwrap()).unwrap()
+    }
+
+    fn gguf_error(meta: &[(&str, Option<Value>)], drop: Option<&str>) -> String {
+        let gguf = edited(meta, drop);
+        let weights = GgufWeights::new(&gguf, PackedPolicy::Fail).unwrap();
+        let refused = Family::from_gguf(&gguf).and_then(|family| Serving::new(&family, &weights, 16).map(|_| ()));
+        refused.expect_err("refused").to_string()
+    }
+
+    /// What kiln does not compute is refused, naming the key or tensor.
+    #[test]
+    fn gguf_gemma3n_refusals_name_the_culprit() {
+        let refused: [(&[(&str, Option<Value>)], Option<&str>, &str); 8] = [
+            (
+                &[("gemma3n.altup.num_inputs", Some(Value::U32(3)))],
+                None,
+                "gemma3n.altup.num_inputs = 3: kiln supports only 4",
+            ),
+            (
+                &[("gemma3n.altup.active_idx", Some(Value::U32(1)))],
+                None,
+                "gemma3n.altup.active_idx = 1: kiln supports only 0",
+            ),
+            (&[], Some("blk.1.inp_gate.weight"), "tensor \"blk.1.inp_gate.weight\" is missing"),
+            (&[], Some("altup_unembd_proj.weight"), "tensor \"altup_unembd_proj.weight\" is missing"),
+            (
+                &[("gemma3n.embedding_length_per_layer_input", Some(Value::U32(4)))],
+                None,
+                "tensor \"per_layer_token_embd.weight\" has shape [16, 48], the config needs [16, 24]",
+            ),
+            (
+                &[("gemma3n.activation_sparsity_scale", Some(Value::f32s([1.6; 5])))],
+                None,
+                "gemma3n.activation_sparsity_scale = [5 values]: must be 6 numbers, one per block",
+            ),
+            (
+                &[("gemma3n.attention.shared_kv_layers", Some(Value::U32(5)))],
+                None,
+                "gemma3n.attention.shared_kv_layers = 5: layer 1 (global) has no global layer before the shared ones",
+            ),
+            (&[("gemma3n.expert_count", Some(Value::U32(4)))], None, "gemma3n.expert_count = 4: mixture-of-experts"),
+        ];
+        for (meta, drop, needle) in refused {
+            let e = gguf_error(meta, drop);
+            assert!(e.contains(needle), "'{e}' should contain '{needle}'");
+        }
+    }
+
+    /// Older converters' files: without the keys llama.cpp hard-codes, its
+    /// defaults apply.
+    #[test]
+    fn gguf_gemma3n_defaults_are_llama_cpp_s() {
+        let keys = [
+            "activation_sparsity_scale",
+            "attention.sliding_window_pattern",
+            "rope.freq_base_swa",
+            "attention.shared_kv_layers",
+        ];
+        let meta: Vec<(String, Option<Value>)> = keys.iter().map(|k| (format!("gemma3n.{k}"), None)).collect();
+        let meta: Vec<(&str, Option<Value>)> = meta.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let c = Config::from_gguf(&edited(&meta, None)).unwrap();
+        assert_eq!(c.sparsity, vec![Some(SPARSITY_STD_MUL); 6], "the first 10 layers sparse");
+        assert_eq!(c.sliding, [true, true, true, true, false, true], "every 5th layer global");
+        assert_eq!(
+            (c.local_rope.theta, c.shared_kv_layers),
+            (10_000.0, 0),
+            "20 layers from the start compute their KV"
+        );
+    }
+
+    /// GGUF (converted by llama.cpp's rules) and HF read to the same model.
+    #[test]
+    fn gguf_and_hf_configs_agree() {
+        let gguf = Config::from_gguf(&Gguf::open(&fixture("gemma3n/gemma3n.gguf")).unwrap()).unwrap();
+        let hf = Config::from_hf(&HfConfig::open(&fixture("gemma3n/config.json")).unwrap()).unwrap();
+        // Φ⁻¹(0.95) and ε are f32 in the GGUF, f64 from config.json; the
+        // GGUF stacks the AltUp projections.
+        let k = |c: &Config| c.sparsity.iter().map(|k| k.map(|k| (k * 1e6).round())).collect::<Vec<_>>();
+        assert_eq!((k(&gguf), gguf.rms_norm_eps as f32), (k(&hf), hf.rms_norm_eps as f32));
+        let same =
+            Config { sparsity: hf.sparsity.clone(), rms_norm_eps: hf.rms_norm_eps, altup_stacked: false, ..gguf };
+        assert_eq!(same, hf);
+        assert_eq!((hf.feed_forward_length.as_slice(), hf.kv_layers()), (&[64, 64, 48, 48, 64, 64][..], 4));
+        assert_eq!((hf.kv_source(4), hf.kv_source(5)), (Some(2), Some(3)), "each shared layer reads its type's last");
+        assert_eq!(hf.unread_tensors()[0], "blk.4.attn_k.weight");
+        assert!((normal_quantile(0.95) - 1.6448536269514722).abs() < 1e-8);
+        assert!((normal_quantile(0.01) + 2.3263478740408408).abs() < 1e-8);
+    }
+
+    /// Whether node `id` reads `target`, directly or through its operands.
+    fn reads(graph: &Graph, id: ValueId, target: ValueId, seen: &mut HashSet<ValueId>) -> bool {
+        id == target || (seen.insert(id) && graph.node(id).operands.iter().any(|&o| reads(graph, o, target, seen)))
+    }
+
+    /// E2B's shapes (`kiln dev synth gemma3n-e2b`) with packed weights kept:
+    /// the 262144 x 7680 per-layer table is gathered as raw Q6_K rows and
+    /// only the tokens' rows are dequantized ([`Weight::rows`]), in prefill
+    /// and decode; no f32 value anywhere is table-sized.
+    #[test]
+    fn e2b_keep_dequantizes_only_the_gathered_per_layer_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e2b.gguf");
+        synth::write(&Preset::Gemma3nE2b.config(), &path, SynthData::Zeros).unwrap();
+        let gguf = Gguf::open(&path).unwrap();
+        let c = Config::from_gguf(&gguf).unwrap();
+        assert_eq!((c.block_count, c.kv_layers(), c.kv_source(28), c.kv_source(29)), (30, 20, Some(18), Some(19)));
+        assert_eq!((c.per_layer_input, c.laurel_rank, c.sparsity.iter().flatten().count()), (256, 64, 10));
+        let weights = GgufWeights::new(&gguf, PackedPolicy::Keep).unwrap();
+        // Every tensor is read but the shared layers' keys and values.
+        let serving = Serving::new(&Family::Gemma3n(c), &weights, 64).unwrap();
+        assert_eq!(serving.prefill.params().count(), gguf.tensors().len() - 10 * 3);
+        for (graph, rows) in [(&serving.prefill, DYNAMIC), (&serving.decode, 1)] {
+            let table = graph.params().find(|(_, name, _)| *name == "per_layer_token_embd.weight").unwrap().0;
+            let dequantized: Vec<&Node> = graph
+                .nodes()
+                .iter()
+                .filter(|n| {
+                    matches!(n.op, Op::Dequantize { .. }) && reads(graph, n.operands[0], table, &mut HashSet::new())
+                })
+                .collect();
+            assert_eq!(dequantized.len(), 1, "one dequantization of the table's rows");
+            assert_eq!(dequantized[0].ty, TensorType::new([rows, 7680], DType::F32));
+            assert!(matches!(graph.node(dequantized[0].operands[0]).op, Op::Gather), "of the gathered rows");
+            let f32s = graph.nodes().iter().filter(|n| n.ty.dtype == DType::F32);
+            let largest = f32s.filter_map(|n| n.ty.static_num_elements()).max().unwrap();
+            // Prefill's largest is the tied head, dequantized for the product.
+            assert!(largest <= 262_144 * 2048, "{largest} elements");
+        }
+        let keys = &serving.prefill.node(serving.prefill.outputs()[1]).ty;
+        assert_eq!(keys, &TensorType::new([20, 2, 64, 256], DType::F32), "a cache for the layers that compute KV");
     }
 
     #[test]
