@@ -10,10 +10,12 @@ setup:
 build: setup
 	$(CARGO) build
 
-# Unit and doc tests, a front-end crate over the library API (a custom model,
-# IREE vs the reference interpreter), then the lit suite: FileCheck on kiln's MLIR, and
-# `kiln check` per op (IREE-compiled module vs the reference interpreter).
+# The module import graph (one way, pipeline order), unit and doc tests, a
+# front-end crate over the library API (a custom model, IREE vs the reference
+# interpreter), then the lit suite: FileCheck on kiln's MLIR, and `kiln check`
+# per op (IREE-compiled module vs the reference interpreter).
 test: build
+	scripts/layers.py
 	$(CARGO) test
 	$(CARGO) run -p mixer-frontend
 	$(LIT) -sv test/lit

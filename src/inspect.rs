@@ -1,9 +1,8 @@
 //! `kiln inspect`: what a checkpoint or parameter archive holds, read from
 //! its headers only (tensor data stays unread in the memory map).
 
-use crate::params::irpa::{EntryKind, IrpaArchive};
-use crate::params::ParamsError;
 use crate::weights::gguf::{Gguf, MetadataValue};
+use crate::weights::irpa::{EntryKind, IrpaArchive};
 use crate::weights::safetensors::{SafeTensors, ShardedSafeTensors, TensorView};
 use crate::weights::WeightsError;
 use serde::Serialize;
@@ -15,12 +14,9 @@ use thiserror::Error;
 /// Why a file could not be inspected.
 #[derive(Debug, Error)]
 pub enum InspectError {
-    /// A malformed checkpoint.
+    /// A malformed checkpoint or parameter archive.
     #[error(transparent)]
     Weights(#[from] WeightsError),
-    /// A malformed parameter archive.
-    #[error(transparent)]
-    Params(#[from] ParamsError),
     #[error("{path}: {error}")]
     /// The file could not be opened or read.
     Io {

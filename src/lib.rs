@@ -19,7 +19,6 @@ pub mod iree;
 pub mod lower;
 pub mod models;
 pub mod npy;
-pub mod params;
 pub mod tokenizer;
 pub mod trace;
 pub mod weights;

@@ -9,8 +9,8 @@ use kiln::graph::text;
 use kiln::graph::DType;
 use kiln::iree::Iree;
 use kiln::lower::{self, Emit, LowerOptions};
+use kiln::models::synth::{self, Preset, SynthData};
 use kiln::models::PackedPolicy;
-use kiln::weights::synth::{self, Preset, SynthData};
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]

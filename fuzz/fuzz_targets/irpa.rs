@@ -1,6 +1,6 @@
 //! IRPA archive parsing on arbitrary bytes.
 #![no_main]
-use kiln::params::irpa::IrpaArchive;
+use kiln::weights::irpa::IrpaArchive;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

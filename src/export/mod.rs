@@ -19,13 +19,12 @@
 
 use crate::graph::{DType, Graph, Op};
 use crate::iree::{Iree, IreeError};
-use crate::lower::{self, Emit, LowerError, LowerOptions, Session};
+use crate::lower::{self, Emit, LowerError, LowerOptions, ParamInit, ParamInits, Session};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
 use crate::models::{scalar_i32, token_ids, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
 use crate::npy;
-use crate::params::archive::{self, DerivedParam};
-use crate::params::{ParamInit, ParamInits, ParamsError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::weights::archive::{self, DerivedParam};
 use crate::weights::gguf::Gguf;
 use crate::weights::WeightsError;
 use serde::{Deserialize, Serialize};
@@ -37,7 +36,7 @@ use thiserror::Error;
 /// Why an export, compile or run failed; the wrapped errors name their file.
 #[derive(Debug, Error)]
 pub enum ExportError {
-    /// The checkpoint could not be read.
+    /// The checkpoint could not be read, or `params.irpa` written.
     #[error(transparent)]
     Weights(#[from] WeightsError),
     /// Tracing the model failed, or the checkpoint does not fit its family.
@@ -46,9 +45,6 @@ pub enum ExportError {
     /// Lowering the graphs or writing the module failed.
     #[error(transparent)]
     Lower(#[from] LowerError),
-    /// Deriving params or writing `params.irpa` failed.
-    #[error(transparent)]
-    Params(#[from] ParamsError),
     /// The checkpoint's tokenizer could not be read.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),

@@ -277,7 +277,7 @@ fn smollm2_from_safetensors() {
 /// file behind.
 #[test]
 fn export_errors_name_the_culprit_and_leave_nothing() {
-    use crate::weights::synth::{self, Preset, SynthData};
+    use crate::models::synth::{self, Preset, SynthData};
     let work = tempfile::tempdir().unwrap();
     let model = work.path().join("tiny.gguf");
     synth::write(&Preset::TinyLlama.config(), &model, SynthData::Seeded(0)).unwrap();

@@ -9,13 +9,14 @@
 
 pub mod ops;
 pub mod text;
-mod types;
 
 use std::collections::HashMap;
 use thiserror::Error;
 
 pub use ops::{ComparisonDirection, DotDimensions, Op, ReduceKind};
-pub use types::{DType, TensorType, DYNAMIC};
+// Element and tensor types belong to the data floor: checkpoints and
+// archives have them too.
+pub use crate::weights::{DType, TensorType, DYNAMIC};
 
 /// Index of a node in its graph; a node has exactly one result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -32,11 +32,11 @@ mod dynamic_slice;
 mod elementwise;
 mod gather;
 mod layout;
+mod params;
 mod reduce;
 
 use crate::graph::{DType, Graph, Node, Op, TensorType, DYNAMIC};
 use half::{bf16, f16};
-use std::collections::HashMap;
 use std::num::Wrapping;
 use std::ops::{Add, Mul, Range};
 use thiserror::Error;
@@ -115,6 +115,8 @@ macro_rules! each_dtype {
 
 // Paths for the op files (`use super::each_buffer`).
 use {each_buffer, each_dtype};
+
+pub use params::{CachedParams, ParamSource};
 
 /// Dense row-major elements of one dtype.
 #[derive(Clone, Debug, PartialEq)]
@@ -211,7 +213,7 @@ impl Value {
     }
 
     /// The elements' memory as little-endian bytes, without a copy: what
-    /// [`crate::params::ParamInit::Inline`] takes, so a module can alias a
+    /// [`crate::lower::ParamInit::Inline`] takes, so a module can alias a
     /// value built in memory. Equal to [`Value::to_le_bytes`]; only on
     /// little-endian hosts, where the two are the same memory.
     #[cfg(target_endian = "little")]
@@ -273,52 +275,6 @@ impl Value {
             None => return Err("the element count overflows".into()),
         }
         Ok(())
-    }
-}
-
-/// Where `run` gets the weights a graph's `param` nodes name.
-pub trait ParamSource {
-    /// The tensor `name`, which the graph declares as `ty`.
-    fn param(&self, name: &str, ty: &TensorType) -> Result<Value, InterpError>;
-}
-
-impl ParamSource for HashMap<String, Value> {
-    fn param(&self, name: &str, ty: &TensorType) -> Result<Value, InterpError> {
-        let v = self.get(name).ok_or_else(|| InterpError::MissingParam { name: name.to_string() })?;
-        if v.ty != *ty {
-            return Err(InterpError::ParamType {
-                name: name.to_string(),
-                expected: ty.clone(),
-                found: v.ty.to_string(),
-            });
-        }
-        Ok(v.clone())
-    }
-}
-
-/// A [`ParamSource`] that reads each param from `source` once and hands out
-/// copies after: for graphs run many times (a decode loop) over params that
-/// are costly to produce (dequantized on every read).
-pub struct CachedParams<'a> {
-    source: &'a dyn ParamSource,
-    cache: std::cell::RefCell<HashMap<String, Value>>,
-}
-
-impl<'a> CachedParams<'a> {
-    /// Caches the params of `source`.
-    pub fn new(source: &'a dyn ParamSource) -> Self {
-        CachedParams { source, cache: Default::default() }
-    }
-}
-
-impl ParamSource for CachedParams<'_> {
-    fn param(&self, name: &str, ty: &TensorType) -> Result<Value, InterpError> {
-        if let Some(v) = self.cache.borrow().get(name).filter(|v| v.ty == *ty) {
-            return Ok(v.clone());
-        }
-        let v = self.source.param(name, ty)?;
-        self.cache.borrow_mut().insert(name.to_string(), v.clone());
-        Ok(v)
     }
 }
 
@@ -801,6 +757,7 @@ impl From<Vec<bool>> for Buffer {
 pub(crate) mod tests {
     use super::*;
     use crate::graph::text::parse;
+    use std::collections::HashMap;
 
     /// A value of type `ty` (graph-text spelling) holding `data`.
     pub(crate) fn val(ty: &str, data: impl Into<Buffer>) -> Value {

@@ -21,10 +21,12 @@ mod emit;
 mod gather;
 mod generate;
 mod layout;
+mod param;
+#[cfg(test)]
+mod param_iree_tests;
 mod reduce;
 
 use crate::graph::{DType, Graph, Op, TensorType, DYNAMIC};
-use crate::params::{self, ParamInits};
 use dialects::{arith, stablehlo, tensor};
 use melior::dialect::{func, DialectHandle};
 use melior::ir::attribute::{
@@ -44,6 +46,8 @@ use thiserror::Error;
 
 pub use emit::{write_module, write_module_to_path, write_module_to_path_with, write_module_with, Emit};
 pub use generate::GreedyLoop;
+use param::Globals;
+pub use param::{ParamInit, ParamInits};
 
 /// Why lowering, printing or writing a module failed; errors about one op
 /// name its graph node and carry MLIR's diagnostics.
@@ -215,7 +219,7 @@ impl Session {
     ) -> Result<Module<'s>, LowerError> {
         self.take_diagnostics();
         let module = Module::new(Location::unknown(&self.context));
-        let globals = params::declare_globals(self, &module, graphs, options, inits)?;
+        let globals = param::declare_globals(self, &module, graphs, options, inits)?;
         body(&Scope { module: &module, globals, callees: RefCell::default() })?;
         if !module.as_operation().verify() {
             return Err(LowerError::Verify { diagnostics: self.take_diagnostics() });
@@ -302,7 +306,7 @@ impl Session {
 pub(crate) struct Scope<'c, 'm> {
     module: &'m Module<'c>,
     /// The global that holds each param.
-    globals: params::Globals,
+    globals: Globals,
     /// Private functions appended for composite ops so far, by symbol.
     callees: RefCell<HashSet<String>>,
 }
@@ -503,7 +507,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
         let result = self.tensor_type(ty);
         match op {
             Op::Input => Err(self.error("inputs are block arguments, not ops")),
-            Op::Param { name } => params::load_global(self, &self.scope.globals, name, ty),
+            Op::Param { name } => param::load_global(self, &self.scope.globals, name, ty),
             Op::Constant { value } => constant::lower_constant(self, *value, ty),
             Op::Iota { iota_dimension } => constant::lower_iota(self, *iota_dimension, ty),
             Op::Unary(u) => elementwise::lower_unary(self, *u, operands[0], result),

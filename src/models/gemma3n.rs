@@ -835,7 +835,7 @@ mod tests {
     use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
     use crate::models::{token_ids, Family, GgufWeights, PackedPolicy, Serving};
     use crate::weights::gguf_writer::{GgufWriter, TensorData, Value};
-    use crate::weights::synth::{self, Preset, SynthData};
+    use crate::models::synth::{self, Preset, SynthData};
     use std::collections::HashSet;
     use std::path::{Path, PathBuf};
 

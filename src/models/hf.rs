@@ -15,8 +15,8 @@
 use super::{param_value, Checkpoint, ModelError, Result, Weight};
 use crate::graph::{DType, TensorType};
 use crate::interp::{InterpError, ParamSource, Value};
-use crate::params::archive::{DerivedParam, Encoding};
 use crate::trace::Tracer;
+use crate::weights::archive::{DerivedParam, Encoding};
 use crate::weights::hf_config::HfConfig;
 use crate::weights::safetensors::{SafeTensors, ShardedSafeTensors, StDType, TensorView};
 use crate::weights::WeightsError;

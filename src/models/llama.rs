@@ -693,7 +693,7 @@ mod tests {
         }
         // Both functions in one module share one global per weight.
         let session = crate::lower::Session::new();
-        let inits = crate::params::ParamInits::default();
+        let inits = crate::lower::ParamInits::default();
         let module = session.lower_functions(&[prefill_fn, decode_fn], &LowerOptions::default(), &inits).unwrap();
         let text = crate::lower::print(&module).unwrap();
         assert_eq!(text.matches("\"util.global\"()").count(), gguf.tensors().len());
@@ -738,7 +738,7 @@ mod tests {
         let weights = keep(&gguf);
         let serving = crate::models::Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, 8).unwrap();
         let session = crate::lower::Session::new();
-        let inits = crate::params::ParamInits::default();
+        let inits = crate::lower::ParamInits::default();
         let module = session.lower_serving(&serving.greedy_loop(), &LowerOptions::default(), &inits).unwrap();
         let text = crate::lower::print(&module).unwrap();
         assert!(

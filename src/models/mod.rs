@@ -13,14 +13,15 @@ pub mod gemma3;
 pub mod gemma3n;
 pub mod hf;
 pub mod llama;
+pub mod synth;
 
 pub use cache::{Cache, KvCache};
 
 use crate::graph::{DType, Graph, ReduceKind, TensorType, DYNAMIC};
 use crate::interp::{Buffer, InterpError, ParamSource, Value};
-use crate::params::archive::{self, DerivedParam, Encoding};
 use crate::trace::nn::to_f32;
 use crate::trace::{dequant, Tensor, TraceError, Tracer};
+use crate::weights::archive::{self, DerivedParam, Encoding};
 use crate::weights::ggml::GgmlType;
 use crate::weights::gguf::{Gguf, GgufTensor};
 use crate::weights::hf_config::HfConfig;

@@ -12,7 +12,8 @@
 //!   `Split` regex + `ByteLevel`).
 //! - BOS, EOS, UNK and `add_bos_token` from `tokenizer_config.json`.
 
-use super::{Tokenizer, TokenizerError, LLAMA3_REGEX, QWEN2_REGEX};
+use super::pre::{LLAMA3_REGEX, QWEN2_REGEX};
+use super::{Tokenizer, TokenizerError};
 use crate::weights::gguf::Gguf;
 use crate::weights::gguf_writer::{GgufWriter, Value};
 use serde_json::Value as Json;

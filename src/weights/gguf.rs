@@ -143,9 +143,11 @@ impl fmt::Display for ValueType {
     }
 }
 
-/// One metadata value; strings and arrays borrow the file's bytes.
+/// One metadata value, generic over how it holds strings (`S`) and arrays
+/// (`A`): as read, both borrow the file's bytes ([`MetadataValue`]); to be
+/// written, both are owned ([`super::gguf_writer::Value`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum MetadataValue<'a> {
+pub enum Metadata<S, A> {
     /// `u8`.
     U8(u8),
     /// `i8`.
@@ -169,29 +171,31 @@ pub enum MetadataValue<'a> {
     /// A boolean.
     Bool(bool),
     /// A string.
-    String(&'a str),
+    String(S),
     /// An array.
-    Array(MetadataArray<'a>),
+    Array(A),
 }
 
-impl<'a> MetadataValue<'a> {
+/// A metadata value as read: strings and arrays borrow the file's bytes.
+pub type MetadataValue<'a> = Metadata<&'a str, MetadataArray<'a>>;
+
+impl<S, A> Metadata<S, A> {
     /// The value's type; an array's, whatever its elements.
     pub fn value_type(&self) -> ValueType {
-        use MetadataValue as V;
         match self {
-            V::U8(_) => ValueType::U8,
-            V::I8(_) => ValueType::I8,
-            V::U16(_) => ValueType::U16,
-            V::I16(_) => ValueType::I16,
-            V::U32(_) => ValueType::U32,
-            V::I32(_) => ValueType::I32,
-            V::U64(_) => ValueType::U64,
-            V::I64(_) => ValueType::I64,
-            V::F32(_) => ValueType::F32,
-            V::F64(_) => ValueType::F64,
-            V::Bool(_) => ValueType::Bool,
-            V::String(_) => ValueType::String,
-            V::Array(_) => ValueType::Array,
+            Metadata::U8(_) => ValueType::U8,
+            Metadata::I8(_) => ValueType::I8,
+            Metadata::U16(_) => ValueType::U16,
+            Metadata::I16(_) => ValueType::I16,
+            Metadata::U32(_) => ValueType::U32,
+            Metadata::I32(_) => ValueType::I32,
+            Metadata::U64(_) => ValueType::U64,
+            Metadata::I64(_) => ValueType::I64,
+            Metadata::F32(_) => ValueType::F32,
+            Metadata::F64(_) => ValueType::F64,
+            Metadata::Bool(_) => ValueType::Bool,
+            Metadata::String(_) => ValueType::String,
+            Metadata::Array(_) => ValueType::Array,
         }
     }
 
@@ -207,16 +211,15 @@ impl<'a> MetadataValue<'a> {
     }
 
     fn as_i128(&self) -> Option<i128> {
-        use MetadataValue as V;
         Some(match *self {
-            V::U8(v) => v.into(),
-            V::I8(v) => v.into(),
-            V::U16(v) => v.into(),
-            V::I16(v) => v.into(),
-            V::U32(v) => v.into(),
-            V::I32(v) => v.into(),
-            V::U64(v) => v.into(),
-            V::I64(v) => v.into(),
+            Metadata::U8(v) => v.into(),
+            Metadata::I8(v) => v.into(),
+            Metadata::U16(v) => v.into(),
+            Metadata::I16(v) => v.into(),
+            Metadata::U32(v) => v.into(),
+            Metadata::I32(v) => v.into(),
+            Metadata::U64(v) => v.into(),
+            Metadata::I64(v) => v.into(),
             _ => return None,
         })
     }
@@ -225,8 +228,8 @@ impl<'a> MetadataValue<'a> {
     /// whole number); integers beyond 2^53 round.
     pub fn as_f64(&self) -> Option<f64> {
         match *self {
-            MetadataValue::F32(v) => Some(v.into()),
-            MetadataValue::F64(v) => Some(v),
+            Metadata::F32(v) => Some(v.into()),
+            Metadata::F64(v) => Some(v),
             _ => self.as_i128().map(|v| v as f64),
         }
     }
@@ -234,11 +237,13 @@ impl<'a> MetadataValue<'a> {
     /// A boolean value.
     pub fn as_bool(&self) -> Option<bool> {
         match *self {
-            MetadataValue::Bool(v) => Some(v),
+            Metadata::Bool(v) => Some(v),
             _ => None,
         }
     }
+}
 
+impl<'a> MetadataValue<'a> {
     /// A string value.
     pub fn as_str(&self) -> Option<&'a str> {
         match *self {
@@ -849,96 +854,35 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::weights::gguf_writer::{Array, Value};
     use half::f16;
     use std::process::Command;
 
-    /// A metadata value to write, spelled independently of the reader.
+    /// A metadata value as the file holds it: one the writer encodes, or
+    /// a value type id followed by arbitrary bytes (hostile files).
     enum W {
-        U8(u8),
-        I8(i8),
-        U16(u16),
-        I16(i16),
-        U32(u32),
-        I32(i32),
-        U64(u64),
-        I64(i64),
-        F32(f32),
-        F64(f64),
-        Bool(bool),
-        Str(&'static str),
-        /// Element type id, elements.
-        Arr(u32, Vec<W>),
-        /// A value type id followed by arbitrary bytes (hostile files).
+        V(Value),
         Raw(u32, Vec<u8>),
+    }
+
+    impl<T: Into<Value>> From<T> for W {
+        fn from(v: T) -> W {
+            W::V(v.into())
+        }
     }
 
     impl W {
         fn type_id(&self) -> u32 {
             match self {
-                W::U8(_) => 0,
-                W::I8(_) => 1,
-                W::U16(_) => 2,
-                W::I16(_) => 3,
-                W::U32(_) => 4,
-                W::I32(_) => 5,
-                W::F32(_) => 6,
-                W::Bool(_) => 7,
-                W::Str(_) => 8,
-                W::Arr(..) => 9,
-                W::U64(_) => 10,
-                W::I64(_) => 11,
-                W::F64(_) => 12,
+                W::V(v) => v.value_type().id(),
                 W::Raw(id, _) => *id,
             }
         }
 
-        /// The value without its type id.
         fn encode(&self, out: &mut Vec<u8>) {
             match self {
-                W::U8(v) => out.extend(v.to_le_bytes()),
-                W::I8(v) => out.extend(v.to_le_bytes()),
-                W::U16(v) => out.extend(v.to_le_bytes()),
-                W::I16(v) => out.extend(v.to_le_bytes()),
-                W::U32(v) => out.extend(v.to_le_bytes()),
-                W::I32(v) => out.extend(v.to_le_bytes()),
-                W::U64(v) => out.extend(v.to_le_bytes()),
-                W::I64(v) => out.extend(v.to_le_bytes()),
-                W::F32(v) => out.extend(v.to_le_bytes()),
-                W::F64(v) => out.extend(v.to_le_bytes()),
-                W::Bool(v) => out.push(*v as u8),
-                W::Str(s) => put_str(out, s),
-                W::Arr(elem, items) => {
-                    out.extend(elem.to_le_bytes());
-                    out.extend((items.len() as u64).to_le_bytes());
-                    items.iter().for_each(|i| i.encode(out));
-                }
+                W::V(v) => v.encode(out),
                 W::Raw(_, bytes) => out.extend(bytes),
-            }
-        }
-
-        /// Asserts the reader's view `v` is this value.
-        fn check(&self, v: MetadataValue<'_>) {
-            use MetadataValue as V;
-            match (self, v) {
-                (W::U8(a), V::U8(b)) => assert_eq!(*a, b),
-                (W::I8(a), V::I8(b)) => assert_eq!(*a, b),
-                (W::U16(a), V::U16(b)) => assert_eq!(*a, b),
-                (W::I16(a), V::I16(b)) => assert_eq!(*a, b),
-                (W::U32(a), V::U32(b)) => assert_eq!(*a, b),
-                (W::I32(a), V::I32(b)) => assert_eq!(*a, b),
-                (W::U64(a), V::U64(b)) => assert_eq!(*a, b),
-                (W::I64(a), V::I64(b)) => assert_eq!(*a, b),
-                (W::F32(a), V::F32(b)) => assert_eq!(a.to_bits(), b.to_bits()),
-                (W::F64(a), V::F64(b)) => assert_eq!(a.to_bits(), b.to_bits()),
-                (W::Bool(a), V::Bool(b)) => assert_eq!(*a, b),
-                (W::Str(a), V::String(b)) => assert_eq!(*a, b),
-                (W::Arr(elem, items), V::Array(b)) => {
-                    assert_eq!(b.elem_type().id(), *elem);
-                    assert_eq!(b.len(), items.len());
-                    assert_eq!(b.iter().len(), items.len());
-                    items.iter().zip(b).for_each(|(i, v)| i.check(v));
-                }
-                _ => panic!("type mismatch: wrote type {}, read {v:?}", self.type_id()),
             }
         }
     }
@@ -1019,37 +963,43 @@ mod tests {
         ]
     }
 
-    fn sample_metadata() -> Vec<(&'static str, W)> {
+    fn sample_metadata() -> Vec<(&'static str, Value)> {
+        let array = Value::array;
         vec![
-            ("general.architecture", W::Str("llama")),
-            ("llama.context_length", W::U32(4096)),
-            ("test.u8", W::U8(250)),
-            ("test.i8", W::I8(-3)),
-            ("test.u16", W::U16(65535)),
-            ("test.i16", W::I16(-300)),
-            ("test.i32", W::I32(-5)),
-            ("test.u64", W::U64(u64::MAX)),
-            ("test.i64", W::I64(i64::MIN)),
-            ("llama.attention.layer_norm_rms_epsilon", W::F32(1e-5)),
-            ("test.f64", W::F64(0.1)),
-            ("test.bool", W::Bool(true)),
-            ("tokenizer.ggml.tokens", W::Arr(8, vec![W::Str("<s>"), W::Str("</s>"), W::Str("héllo"), W::Str("")])),
-            ("tokenizer.ggml.scores", W::Arr(6, vec![W::F32(-1.5), W::F32(0.25)])),
-            ("test.flags", W::Arr(7, vec![W::Bool(false), W::Bool(true)])),
+            ("general.architecture", "llama".into()),
+            ("llama.context_length", Value::U32(4096)),
+            ("test.u8", Value::U8(250)),
+            ("test.i8", Value::I8(-3)),
+            ("test.u16", Value::U16(65535)),
+            ("test.i16", Value::I16(-300)),
+            ("test.i32", Value::I32(-5)),
+            ("test.u64", Value::U64(u64::MAX)),
+            ("test.i64", Value::I64(i64::MIN)),
+            ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+            ("test.f64", Value::F64(0.1)),
+            ("test.bool", Value::Bool(true)),
+            ("tokenizer.ggml.tokens", Value::strings(["<s>", "</s>", "héllo", ""])),
+            ("tokenizer.ggml.scores", Value::f32s([-1.5, 0.25])),
+            ("test.flags", array(ValueType::Bool, vec![Value::Bool(false), Value::Bool(true)])),
             (
                 "test.nested",
-                W::Arr(
-                    9,
+                array(
+                    ValueType::Array,
                     vec![
-                        W::Arr(5, vec![W::I32(1), W::I32(-2)]),
-                        W::Arr(8, vec![W::Str("a"), W::Str("bc")]),
-                        W::Arr(9, vec![W::Arr(10, vec![W::U64(7)])]),
-                        W::Arr(4, vec![]),
+                        Value::i32s([1, -2]),
+                        Value::strings(["a", "bc"]),
+                        array(ValueType::Array, vec![array(ValueType::U64, vec![Value::U64(7)])]),
+                        array(ValueType::U32, vec![]),
                     ],
                 ),
             ),
-            ("test.empty", W::Arr(12, vec![])),
+            ("test.empty", array(ValueType::F64, vec![])),
         ]
+    }
+
+    /// [`file`]'s key/values for `kvs`.
+    fn kvs(kvs: Vec<(&'static str, Value)>) -> Vec<(&'static str, W)> {
+        kvs.into_iter().map(|(k, v)| (k, W::V(v))).collect()
     }
 
     /// The sample file, with the alignment set to `alignment` (32 by
@@ -1057,11 +1007,11 @@ mod tests {
     fn sample(version: u32, alignment: Option<u32>) -> Vec<u8> {
         let mut kvs = sample_metadata();
         if let Some(a) = alignment {
-            kvs.push(("general.alignment", W::U32(a)));
+            kvs.push(("general.alignment", Value::U32(a)));
         }
         let align = alignment.unwrap_or(32) as usize;
         let (infos, data) = layout(&sample_tensors(), align);
-        file(version, &kvs, &infos, align, &data)
+        file(version, &self::kvs(kvs), &infos, align, &data)
     }
 
     fn check_sample(bytes: &[u8], version: u32, alignment: u64) {
@@ -1072,13 +1022,16 @@ mod tests {
 
         let mut kvs = sample_metadata();
         if alignment != 32 {
-            kvs.push(("general.alignment", W::U32(alignment as u32)));
+            kvs.push(("general.alignment", Value::U32(alignment as u32)));
         }
         assert_eq!(g.metadata().len(), kvs.len());
-        for ((key, w), (k, v)) in kvs.iter().zip(g.metadata()) {
+        for ((key, want), (k, v)) in kvs.iter().zip(g.metadata()) {
             assert_eq!(*key, k);
-            w.check(v);
-            w.check(g.get(key).unwrap());
+            assert_eq!(Value::from(v), *want, "{key}");
+            assert_eq!(g.get(key).map(Value::from).as_ref(), Some(want), "{key}");
+            if let (Some(a), Value::Array(Array { items, .. })) = (v.as_array(), want) {
+                assert_eq!((a.len(), a.iter().len()), (items.len(), items.len()), "{key}");
+            }
         }
 
         let tensors = sample_tensors();
@@ -1125,7 +1078,7 @@ mod tests {
         let n = g.tensor("none").unwrap();
         assert_eq!((n.shape(), n.n_elements(), n.data.len()), (vec![7, 0], 0, 0));
 
-        let g = Gguf::parse(file(3, &[("k", W::Str("v"))], &[], 32, &[])).unwrap();
+        let g = Gguf::parse(file(3, &[("k", "v".into())], &[], 32, &[])).unwrap();
         assert_eq!((g.tensors().len(), g.get_str("k").unwrap()), (0, "v"));
     }
 
@@ -1210,7 +1163,7 @@ mod tests {
     }
 
     fn with_kv(key: &'static str, v: W) -> Vec<u8> {
-        file(3, &[("general.architecture", W::Str("llama")), (key, v)], &[], 32, &[])
+        file(3, &[("general.architecture", "llama".into()), (key, v)], &[], 32, &[])
     }
 
     fn with_infos(infos: &[Info], data: &[u8]) -> Vec<u8> {
@@ -1291,12 +1244,15 @@ mod tests {
     fn bad_bool_and_bad_utf8() {
         assert_err(with_kv("k", W::Raw(7, vec![2])), "is 2, not 0 or 1");
         // The first byte of the first key ("general.architecture").
-        assert_err(patch(with_kv("k", W::U8(0)), 32, &[0xff]), "is not UTF-8");
+        assert_err(patch(with_kv("k", 0u8.into()), 32, &[0xff]), "is not UTF-8");
     }
 
     #[test]
     fn arrays_nested_too_deep() {
-        let nested = |depth| (1..depth).fold(W::Arr(0, vec![W::U8(9)]), |v, _| W::Arr(9, vec![v]));
+        let nested = |depth| {
+            let innermost = Value::array(ValueType::U8, vec![Value::U8(9)]);
+            W::V((1..depth).fold(innermost, |v, _| Value::array(ValueType::Array, vec![v])))
+        };
         let g = Gguf::parse(with_kv("k", nested(MAX_ARRAY_DEPTH))).unwrap();
         let mut v = g.get("k").unwrap();
         for _ in 1..MAX_ARRAY_DEPTH {
@@ -1383,7 +1339,7 @@ mod tests {
 
     #[test]
     fn duplicate_keys() {
-        let kvs = [("a.b", W::U32(1)), ("a.b", W::Str("x"))];
+        let kvs = [("a.b", 1u32.into()), ("a.b", "x".into())];
         assert_err(file(3, &kvs, &[], 32, &[]), "metadata \"a.b\": the key appears twice");
     }
 
@@ -1391,11 +1347,11 @@ mod tests {
     fn alignment_must_be_a_power_of_two() {
         for a in [0, 3] {
             assert_err(
-                with_kv("general.alignment", W::U32(a)),
+                with_kv("general.alignment", a.into()),
                 &format!("general.alignment is {a}, not a non-zero power of two"),
             );
         }
-        assert_err(with_kv("general.alignment", W::Str("32")), "general.alignment is STRING");
+        assert_err(with_kv("general.alignment", "32".into()), "general.alignment is STRING");
     }
 
     // ---- against gguf-py ----

@@ -4,7 +4,7 @@
 //! and each tensor's bytes are streamed in order, through a 1 MiB buffer.
 //! Memory stays flat however large the tensors: nothing tensor-sized is ever
 //! held, which is what lets kiln make multi-billion-parameter test
-//! checkpoints (see [`super::synth`]).
+//! checkpoints (see [`crate::models::synth`]).
 //!
 //! Layout as ggml's `gguf.cpp` and gguf-py's `GGUFWriter` write it: header
 //! `{"GGUF", 3, n_tensors, n_kv}`, the key/values, the tensor infos (dims
@@ -18,7 +18,7 @@
 //! appears at its path complete and synced, or not at all ([`crate::AtomicFile`]).
 
 use super::ggml::GgmlType;
-use super::gguf::{MetadataValue, ValueType, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
+use super::gguf::{Metadata, MetadataValue, ValueType, ALIGNMENT_KEY, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
 use super::WeightsError;
 use crate::AtomicFile;
 use std::collections::HashSet;
@@ -33,73 +33,41 @@ const BUFFER_CAPACITY: usize = 1 << 20;
 /// Bytes of seeded data generated at a time.
 const SEEDED_CHUNK: usize = 1 << 20;
 
-/// An owned metadata value to write (the reader's [`MetadataValue`] borrows
-/// the file; `Value::from` copies one, to carry metadata over to a new file).
+/// A metadata value to write: strings and arrays owned (the reader's
+/// [`MetadataValue`] borrows the file; `Value::from` copies one, to carry
+/// metadata over to a new file).
+pub type Value = Metadata<String, Array>;
+
+/// An array to write: elements all of type `elem`; nested arrays have
+/// element type [`ValueType::Array`] and may differ in their own element
+/// types, as GGUF allows. The type is explicit so an empty array has one.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    /// `u8`.
-    U8(u8),
-    /// `i8`.
-    I8(i8),
-    /// `u16`.
-    U16(u16),
-    /// `i16`.
-    I16(i16),
-    /// `u32`.
-    U32(u32),
-    /// `i32`.
-    I32(i32),
-    /// `u64`.
-    U64(u64),
-    /// `i64`.
-    I64(i64),
-    /// `f32`.
-    F32(f32),
-    /// `f64`.
-    F64(f64),
-    /// A boolean.
-    Bool(bool),
-    /// A string.
-    String(String),
-    /// Elements all of the given type; nested arrays have element type
-    /// [`ValueType::Array`] and may differ in their own element types, as
-    /// GGUF allows. The type is explicit so an empty array has one.
-    Array(ValueType, Vec<Value>),
+pub struct Array {
+    /// The type of every element.
+    pub elem: ValueType,
+    /// The elements.
+    pub items: Vec<Value>,
 }
 
 impl Value {
-    /// The GGUF type it is written as.
-    pub fn value_type(&self) -> ValueType {
-        match self {
-            Value::U8(_) => ValueType::U8,
-            Value::I8(_) => ValueType::I8,
-            Value::U16(_) => ValueType::U16,
-            Value::I16(_) => ValueType::I16,
-            Value::U32(_) => ValueType::U32,
-            Value::I32(_) => ValueType::I32,
-            Value::U64(_) => ValueType::U64,
-            Value::I64(_) => ValueType::I64,
-            Value::F32(_) => ValueType::F32,
-            Value::F64(_) => ValueType::F64,
-            Value::Bool(_) => ValueType::Bool,
-            Value::String(_) => ValueType::String,
-            Value::Array(..) => ValueType::Array,
-        }
+    /// An ARRAY of `elem` elements.
+    pub fn array(elem: ValueType, items: Vec<Value>) -> Value {
+        Metadata::Array(Array { elem, items })
     }
 
     /// An ARRAY of STRING (a tokenizer vocabulary).
     pub fn strings<S: Into<String>>(items: impl IntoIterator<Item = S>) -> Value {
-        Value::Array(ValueType::String, items.into_iter().map(|s| Value::String(s.into())).collect())
+        Value::array(ValueType::String, items.into_iter().map(|s| Value::String(s.into())).collect())
     }
 
     /// An ARRAY of INT32 (token types).
     pub fn i32s(items: impl IntoIterator<Item = i32>) -> Value {
-        Value::Array(ValueType::I32, items.into_iter().map(Value::I32).collect())
+        Value::array(ValueType::I32, items.into_iter().map(Value::I32).collect())
     }
 
     /// An ARRAY of FLOAT32 (token scores).
     pub fn f32s(items: impl IntoIterator<Item = f32>) -> Value {
-        Value::Array(ValueType::F32, items.into_iter().map(Value::F32).collect())
+        Value::array(ValueType::F32, items.into_iter().map(Value::F32).collect())
     }
 
     /// Array elements must have the array's type, and arrays nest at most
@@ -107,7 +75,7 @@ impl Value {
     /// (1 for a top-level array), so the recursion is bounded however deep
     /// a caller nested its values.
     fn check(&self, level: usize) -> Result<(), String> {
-        let Value::Array(elem, items) = self else { return Ok(()) };
+        let Value::Array(Array { elem, items }) = self else { return Ok(()) };
         if level > MAX_ARRAY_DEPTH {
             return Err(format!("arrays nest more than {MAX_ARRAY_DEPTH} deep"));
         }
@@ -122,7 +90,7 @@ impl Value {
 
     /// The value's bytes, without its type id (which an array's elements
     /// do not repeat).
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Value::U8(v) => out.extend(v.to_le_bytes()),
             Value::I8(v) => out.extend(v.to_le_bytes()),
@@ -136,7 +104,7 @@ impl Value {
             Value::F64(v) => out.extend(v.to_le_bytes()),
             Value::Bool(v) => out.push(u8::from(*v)),
             Value::String(s) => put_str(out, s),
-            Value::Array(elem, items) => {
+            Value::Array(Array { elem, items }) => {
                 out.extend(elem.id().to_le_bytes());
                 out.extend((items.len() as u64).to_le_bytes());
                 items.iter().for_each(|item| item.encode(out));
@@ -170,22 +138,21 @@ impl From<&str> for Value {
 
 impl From<MetadataValue<'_>> for Value {
     fn from(v: MetadataValue<'_>) -> Value {
-        use MetadataValue as M;
         match v {
-            M::U8(v) => Value::U8(v),
-            M::I8(v) => Value::I8(v),
-            M::U16(v) => Value::U16(v),
-            M::I16(v) => Value::I16(v),
-            M::U32(v) => Value::U32(v),
-            M::I32(v) => Value::I32(v),
-            M::U64(v) => Value::U64(v),
-            M::I64(v) => Value::I64(v),
-            M::F32(v) => Value::F32(v),
-            M::F64(v) => Value::F64(v),
-            M::Bool(v) => Value::Bool(v),
-            M::String(s) => Value::String(s.to_string()),
+            Metadata::U8(v) => Value::U8(v),
+            Metadata::I8(v) => Value::I8(v),
+            Metadata::U16(v) => Value::U16(v),
+            Metadata::I16(v) => Value::I16(v),
+            Metadata::U32(v) => Value::U32(v),
+            Metadata::I32(v) => Value::I32(v),
+            Metadata::U64(v) => Value::U64(v),
+            Metadata::I64(v) => Value::I64(v),
+            Metadata::F32(v) => Value::F32(v),
+            Metadata::F64(v) => Value::F64(v),
+            Metadata::Bool(v) => Value::Bool(v),
+            Metadata::String(s) => Value::String(s.to_string()),
             // The reader bounded the nesting, so this recursion is bounded.
-            M::Array(a) => Value::Array(a.elem_type(), a.iter().map(Value::from).collect()),
+            Metadata::Array(a) => Value::array(a.elem_type(), a.iter().map(Value::from).collect()),
         }
     }
 }
@@ -687,10 +654,10 @@ mod tests {
             ("tokenizer.ggml.tokens", Value::strings(["<unk>", "<s>", "\u{2581}the", "é"])),
             ("tokenizer.ggml.scores", Value::f32s([0.0, -1.5, 0.25])),
             ("tokenizer.ggml.token_type", Value::i32s([2, 3, 1, 1])),
-            ("test.empty", Value::Array(ValueType::U64, vec![])),
+            ("test.empty", Value::array(ValueType::U64, vec![])),
             (
                 "test.nested",
-                Value::Array(ValueType::Array, vec![Value::i32s([1, 2]), Value::strings(["a"]), Value::f32s([])]),
+                Value::array(ValueType::Array, vec![Value::i32s([1, 2]), Value::strings(["a"]), Value::f32s([])]),
             ),
         ]
     }
@@ -873,9 +840,9 @@ mod tests {
         let err = |r: Result<&mut GgufWriter, WeightsError>| r.unwrap_err().to_string();
         w.add("a.b", 1u32).unwrap();
         assert_eq!(err(w.add("a.b", "x")), "m.gguf: metadata \"a.b\": the key is already set");
-        let mixed = Value::Array(ValueType::I32, vec![Value::I32(1), Value::U8(2)]);
+        let mixed = Value::array(ValueType::I32, vec![Value::I32(1), Value::U8(2)]);
         assert!(err(w.add("k", mixed)).contains("metadata \"k\": element [1] is UINT8, but the array holds INT32"));
-        let deep = (0..MAX_ARRAY_DEPTH).fold(Value::i32s([1]), |v, _| Value::Array(ValueType::Array, vec![v]));
+        let deep = (0..MAX_ARRAY_DEPTH).fold(Value::i32s([1]), |v, _| Value::array(ValueType::Array, vec![v]));
         assert!(err(w.add("deep", deep)).contains("arrays nest more than 16 deep"));
         for bad in [Value::U32(3), Value::U32(0), Value::I32(32), Value::from("32")] {
             assert!(err(w.add("general.alignment", bad)).contains("general.alignment is"));

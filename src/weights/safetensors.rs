@@ -7,9 +7,8 @@
 //! requires before handing out a view, so a hostile file is an error, never
 //! a panic or an allocation sized by the file's claims.
 
+use super::DType;
 use super::WeightsError;
-use crate::graph::{DType, TensorType};
-use crate::interp::{InterpError, ParamSource, Value};
 use memmap2::Mmap;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -377,21 +376,6 @@ impl SafeTensors {
     }
 }
 
-impl ParamSource for SafeTensors {
-    fn param(&self, name: &str, ty: &TensorType) -> Result<Value, InterpError> {
-        let t = self.get(name).ok_or_else(|| InterpError::MissingParam { name: name.to_string() })?;
-        if t.dtype.to_graph_dtype() != Some(ty.dtype) || t.shape != ty.shape.as_slice() {
-            let found = match t.dtype.to_graph_dtype() {
-                Some(d) => TensorType::new(t.shape, d).to_string(),
-                None => format!("{} {:?}", t.dtype, t.shape),
-            };
-            return Err(InterpError::ParamType { name: name.to_string(), expected: ty.clone(), found });
-        }
-        Value::from_le_bytes(ty, t.data)
-            .map_err(|e| InterpError::Param { name: name.to_string(), message: e.to_string() })
-    }
-}
-
 /// Writes `tensors` (name, dtype, shape, little-endian bytes) and `metadata`
 /// to `path` atomically: through a temporary file in the same directory and
 /// a rename, so on any error nothing new is left at `path`.
@@ -574,17 +558,9 @@ impl ShardedSafeTensors {
     }
 }
 
-impl ParamSource for ShardedSafeTensors {
-    fn param(&self, name: &str, ty: &TensorType) -> Result<Value, InterpError> {
-        let &i = self.weight_map.get(name).ok_or_else(|| InterpError::MissingParam { name: name.to_string() })?;
-        self.shards[i].param(name, ty)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::interp::Buffer;
     use half::{bf16, f16};
 
     fn bytes<T: Copy, const N: usize>(xs: [T; N], f: impl Fn(T) -> [u8; 4]) -> Vec<u8> {
@@ -640,13 +616,6 @@ mod tests {
             let at = t.data.as_ptr() as usize - st.map.as_ptr() as usize;
             assert_eq!(at % t.dtype.size_in_bytes().unwrap_or(1), 0, "{}", t.name);
         }
-
-        let w = st.param("w", &"tensor<2x3xf32>".parse().unwrap()).unwrap();
-        assert_eq!(w.data, Buffer::from(vec![1.0f32, -2.0, 3.5, 0.25, 5.0, 6.0]));
-        let s = st.param("scalar", &"tensor<bf16>".parse().unwrap()).unwrap();
-        assert_eq!(s.data, Buffer::from(vec![bf16::from_f32(-3.0)]));
-        let b = st.param("flags", &"tensor<3xi1>".parse().unwrap()).unwrap();
-        assert_eq!(b.data, Buffer::from(vec![true, false, true]));
     }
 
     #[test]
@@ -660,26 +629,6 @@ mod tests {
         let st = SafeTensors::open(&path).unwrap();
         assert_eq!(st.tensors().count(), 0);
         assert!(st.metadata().is_empty());
-    }
-
-    #[test]
-    fn param_source_checks_type() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.safetensors");
-        let d = [0u8; 16];
-        write(&path, &[("a", StDType::F32, &[2, 2], &d), ("b", StDType::F64, &[2], &d)], &BTreeMap::new()).unwrap();
-        let st = SafeTensors::open(&path).unwrap();
-        let err = |name: &str, ty: &str| st.param(name, &ty.parse().unwrap()).unwrap_err().to_string();
-        assert_eq!(
-            err("a", "tensor<4xf32>"),
-            "param \"a\" is declared as tensor<4xf32> but the weights hold tensor<2x2xf32>"
-        );
-        assert_eq!(
-            err("a", "tensor<2x2xi32>"),
-            "param \"a\" is declared as tensor<2x2xi32> but the weights hold tensor<2x2xf32>"
-        );
-        assert_eq!(err("b", "tensor<2xf32>"), "param \"b\" is declared as tensor<2xf32> but the weights hold F64 [2]");
-        assert_eq!(err("c", "tensor<2xf32>"), "param \"c\" is missing from the weights");
     }
 
     #[test]

@@ -18,9 +18,8 @@ use anyhow::bail;
 use kiln::graph::{DType, Graph, ReduceKind, TensorType};
 use kiln::interp::{self, Value};
 use kiln::iree::Iree;
-use kiln::lower::{write_module_to_path, Emit, LowerOptions, Session};
+use kiln::lower::{write_module_to_path, Emit, LowerOptions, ParamInit, ParamInits, Session};
 use kiln::npy;
-use kiln::params::{ParamInit, ParamInits};
 use kiln::trace::{Tensor, TraceError, Tracer};
 use std::collections::HashMap;
 

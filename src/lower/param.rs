@@ -1,25 +1,157 @@
-//! Where each param's global gets its initial value.
+//! The `param` op: weights as IREE globals.
 //!
-//! - [`ParamInit::Named`]: `#flow.parameter.named<"scope"::"key">`, bound at
-//!   run time by `iree-run-module --parameters=scope=FILE` (a GGUF, a
-//!   safetensors file or an `.irpa`). The default, with the lowering's
-//!   `param_scope` and the param's own name.
-//! - [`ParamInit::Inline`]: the bytes go into the module itself, as a
-//!   `dense_resource<blob>` elements attribute. The attribute aliases the
-//!   caller's bytes (an mmap'd checkpoint, an archive entry) without copying;
-//!   they are copied once, when the module is written: raw in bytecode, hex
-//!   in the text form's `{-# dialect_resources #-}` trailer. The module then
-//!   runs with no parameter file, and IREE may fold the weights as constants.
+//! Every param becomes `util.global private @<name>`, read where used with
+//! `util.global.load`; the function signature never holds a weight. The
+//! global's initial value is chosen per param ([`ParamInits`]): by default
+//! `#flow.parameter.named<"scope"::"<checkpoint name>">`, which
+//! `iree-run-module --parameters=scope=FILE` supplies, or the bytes inline
+//! as a `dense_resource` blob ([`ParamInit`]).
+//!
+//! iree-compile makes unsigned integer types signless in StableHLO ops and
+//! function signatures, but not in `util.global`s ("failed to legalize
+//! operation 'util.global.load'" for `tensor<4xui8>`): an unsigned param is
+//! stored as the signless type of its width and bitcast after the load.
 
-use crate::graph::TensorType;
-use crate::lower::{tensor_type, LowerError};
-use melior::ir::Attribute;
-use melior::ir::TypeLike;
-use melior::Context;
-use melior::StringRef;
-use std::collections::HashMap;
+use super::dialects::{stablehlo, util};
+use super::{tensor_type, Emitter, LowerError, LowerOptions, Session};
+use crate::graph::{DType, Graph, TensorType};
+use melior::ir::attribute::{FlatSymbolRefAttribute, StringAttribute, TypeAttribute};
+use melior::ir::{Attribute, BlockLike, Location, Module, TypeLike, Value};
+use melior::{Context, StringRef};
+use std::collections::{HashMap, HashSet};
+
+/// Checkpoint tensor name → global symbol name.
+#[derive(Debug, Default)]
+pub struct Globals {
+    symbols: HashMap<String, String>,
+}
+
+impl Globals {
+    /// The global that holds `param`, if the module has one.
+    pub fn symbol(&self, param: &str) -> Option<&str> {
+        self.symbols.get(param).map(String::as_str)
+    }
+}
+
+/// An MLIR bare identifier close to the checkpoint name: `blk.0.attn_q.weight`
+/// stays as is; other characters become `_`.
+fn symbol_name(param: &str) -> String {
+    let mut s: String =
+        param.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' }).collect();
+    if !s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        s.insert(0, '_');
+    }
+    s
+}
+
+/// The type a param's global holds: unsigned integers as the signless type
+/// of their width, the same bytes.
+fn storage_type(ty: &TensorType) -> TensorType {
+    let dtype = match ty.dtype {
+        DType::UI8 => DType::I8,
+        DType::UI16 => DType::I16,
+        DType::UI32 => DType::I32,
+        d => d,
+    };
+    ty.with_dtype(dtype)
+}
+
+/// Declares one global per param name of `graphs` at the top of `module`,
+/// initialized as `inits` says; a name declared with two types is an
+/// error. Inline bytes live as long as the module (`'s`).
+pub(crate) fn declare_globals<'s>(
+    session: &'s Session,
+    module: &Module<'s>,
+    graphs: &[&Graph],
+    options: &LowerOptions,
+    inits: &ParamInits<'s>,
+) -> Result<Globals, LowerError> {
+    let ctx = session.context();
+    let mut globals = Globals::default();
+    // The functions' own symbols are taken too, `generate` included.
+    let mut taken: HashSet<String> = graphs.iter().map(|g| g.name.clone()).collect();
+    taken.insert("generate".into());
+    let mut declared: HashMap<&str, &TensorType> = HashMap::new();
+    for (graph, (id, name, ty)) in graphs.iter().flat_map(|g| g.params().map(move |p| (g, p))) {
+        if let Some(first) = declared.insert(name, ty) {
+            if first == ty {
+                continue;
+            }
+            return Err(LowerError::Node {
+                node: graph.node(id).name.clone(),
+                op: "param",
+                message: format!("param \"{name}\" is {ty} in @{}, but {first} in an earlier function", graph.name),
+                diagnostics: vec![],
+            });
+        }
+        let base = symbol_name(name);
+        let symbol = (0..)
+            .map(|i| if i == 0 { base.clone() } else { format!("{base}_{i}") })
+            .find(|s| !taken.contains(s))
+            .expect("an unbounded range always yields a free name");
+        taken.insert(symbol.clone());
+        let stored = storage_type(ty);
+        let node = &graph.node(id).name;
+        let initial_value = match inits.get(name) {
+            Some(ParamInit::Inline(bytes)) => inline_attribute(ctx, name, &symbol, &stored, bytes)?,
+            named => {
+                let (scope, key) = match named {
+                    Some(ParamInit::Named { scope, key }) => (scope.as_str(), key.as_str()),
+                    _ => (options.param_scope.as_str(), name),
+                };
+                let text = parameter_attribute(scope, key, &stored)?;
+                Attribute::parse(ctx, &text).ok_or_else(|| LowerError::Node {
+                    node: node.clone(),
+                    op: "param",
+                    message: format!("MLIR cannot parse `{text}`"),
+                    diagnostics: vec![],
+                })?
+            }
+        };
+        let loc = Location::name(ctx, node, Location::unknown(ctx));
+        module.body().append_operation(
+            util::global(
+                ctx,
+                StringAttribute::new(ctx, &symbol),
+                StringAttribute::new(ctx, "private"),
+                TypeAttribute::new(tensor_type(ctx, &stored)),
+                initial_value,
+                loc,
+            )
+            .into(),
+        );
+        globals.symbols.insert(name.to_string(), symbol);
+    }
+    Ok(globals)
+}
+
+pub(crate) fn load_global<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    globals: &Globals,
+    name: &str,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let symbol = globals.symbol(name).ok_or_else(|| e.error(format!("param \"{name}\" has no global")))?;
+    let stored = storage_type(ty);
+    let symbol = FlatSymbolRefAttribute::new(e.ctx(), symbol);
+    let value = e.emit(util::global_load(e.ctx(), e.tensor_type(&stored), symbol, e.loc()))?;
+    if stored == *ty {
+        return Ok(value);
+    }
+    e.emit(stablehlo::bitcast_convert(e.ctx(), e.tensor_type(ty), value, e.loc()))
+}
 
 /// One param's initial value.
+///
+/// - [`ParamInit::Named`]: bound at run time by `iree-run-module
+///   --parameters=scope=FILE` (a GGUF, a safetensors file or an `.irpa`).
+///   The default, with the lowering's `param_scope` and the param's own name.
+/// - [`ParamInit::Inline`]: the bytes go into the module itself, as a
+///   `dense_resource<blob>` elements attribute. The attribute aliases the
+///   caller's bytes (an mmap'd checkpoint, an archive entry) without copying;
+///   they are copied once, when the module is written: raw in bytecode, hex
+///   in the text form's `{-# dialect_resources #-}` trailer. The module then
+///   runs with no parameter file, and IREE may fold the weights as constants.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ParamInit<'a> {
     /// `#flow.parameter.named<"scope"::"key">`.
@@ -92,7 +224,7 @@ impl<'a, S: Into<String>> FromIterator<(S, ParamInit<'a>)> for ParamInits<'a> {
 }
 
 /// The `#flow.parameter.named` text; no C API builds IREE attributes.
-pub(super) fn parameter_attribute(scope: &str, key: &str, ty: &TensorType) -> Result<String, LowerError> {
+fn parameter_attribute(scope: &str, key: &str, ty: &TensorType) -> Result<String, LowerError> {
     let quote = |s: &str| serde_json::to_string(s).map_err(|e| LowerError::Print(e.to_string()));
     Ok(format!("#flow.parameter.named<{}::{}> : {ty}", quote(scope)?, quote(key)?))
 }
@@ -103,7 +235,7 @@ pub(super) fn parameter_attribute(scope: &str, key: &str, ty: &TensorType) -> Re
 /// The blob is registered in the context's builtin resource manager under
 /// `blob` (uniqued with a suffix if a module lowered earlier in the same
 /// session took the name) with no deleter: MLIR never frees or writes it.
-pub(super) fn inline_attribute<'c>(
+fn inline_attribute<'c>(
     ctx: &'c Context,
     param: &str,
     blob: &str,

@@ -9,11 +9,11 @@
 //! blocks), its f32 values, and the writer's 1 MiB buffer. The source is
 //! only read, typically straight from a memory-mapped checkpoint.
 
+use super::ggml::GgmlType;
 use super::irpa::{self, ArchiveSummary, EntrySpec};
-use super::ParamsError;
-use crate::graph::DType;
-use crate::weights::ggml::GgmlType;
-use crate::weights::quant;
+use super::quant;
+use super::DType;
+use super::WeightsError;
 use half::{bf16, f16};
 use std::fmt;
 use std::io;
@@ -101,7 +101,7 @@ const CHUNK_BYTES: usize = 1 << 20;
 /// Writes `params` to an IREE parameter archive at `path`, converting each
 /// source to its target dtype chunk by chunk. Every entry is checked before
 /// the file is touched; the archive appears complete or not at all.
-pub fn write_derived(path: &Path, params: &[DerivedParam<'_>]) -> Result<ArchiveSummary, ParamsError> {
+pub fn write_derived(path: &Path, params: &[DerivedParam<'_>]) -> Result<ArchiveSummary, WeightsError> {
     write_in_chunks(path, params, CHUNK_BYTES, &mut |_, _| {})
 }
 
@@ -113,23 +113,23 @@ pub fn write_derived_with(
     path: &Path,
     params: &[DerivedParam<'_>],
     chunk_done: &mut dyn FnMut(&[u8], u64),
-) -> Result<ArchiveSummary, ParamsError> {
+) -> Result<ArchiveSummary, WeightsError> {
     write_in_chunks(path, params, CHUNK_BYTES, chunk_done)
 }
 
 /// The bytes each param takes in an archive.
-pub fn derived_len(p: &DerivedParam<'_>) -> Result<u64, ParamsError> {
+pub fn derived_len(p: &DerivedParam<'_>) -> Result<u64, WeightsError> {
     Ok(plan(p, CHUNK_BYTES)?.1)
 }
 
 /// One param's derived bytes in memory (for inline params and the
 /// interpreter): what [`write_derived`] would store for it.
-pub fn derive_to_vec(p: &DerivedParam<'_>) -> Result<Vec<u8>, ParamsError> {
+pub fn derive_to_vec(p: &DerivedParam<'_>) -> Result<Vec<u8>, WeightsError> {
     match plan(p, usize::MAX)?.0 {
         Plan::Copy => Ok(p.source.to_vec()),
         Plan::Convert { from, .. } => {
             let values = quant::dequantize_to_vec(from, p.source)
-                .map_err(|e| ParamsError::Spec { entry: p.name.to_string(), message: e.to_string() })?;
+                .map_err(|e| WeightsError::ArchiveEntry { entry: p.name.to_string(), message: e.to_string() })?;
             let mut bytes = Vec::new();
             encode(&values, p.target, &mut bytes);
             Ok(bytes)
@@ -155,8 +155,8 @@ enum Plan {
     Convert { from: GgmlType, values: usize },
 }
 
-fn plan(p: &DerivedParam<'_>, chunk_bytes: usize) -> Result<(Plan, u64), ParamsError> {
-    let err = |message: String| ParamsError::Spec { entry: p.name.to_string(), message };
+fn plan(p: &DerivedParam<'_>, chunk_bytes: usize) -> Result<(Plan, u64), WeightsError> {
+    let err = |message: String| WeightsError::ArchiveEntry { entry: p.name.to_string(), message };
     if p.encoding.dense() == Some(p.target) {
         return Ok((Plan::Copy, p.source.len() as u64));
     }
@@ -191,7 +191,7 @@ fn write_in_chunks(
     params: &[DerivedParam<'_>],
     chunk_bytes: usize,
     chunk_done: &mut dyn FnMut(&[u8], u64),
-) -> Result<ArchiveSummary, ParamsError> {
+) -> Result<ArchiveSummary, WeightsError> {
     let mut plans = Vec::with_capacity(params.len());
     let mut specs = Vec::with_capacity(params.len());
     for p in params {
@@ -253,7 +253,7 @@ fn encode(values: &[f32], target: DType, out: &mut Vec<u8>) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::params::irpa::IrpaArchive;
+    use crate::weights::irpa::IrpaArchive;
 
     /// `blocks` Q4_K blocks with random scales and quants, and finite
     /// super-block scales `d`, `dmin` (random f16 bits could be NaN).

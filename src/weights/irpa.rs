@@ -23,7 +23,7 @@
 //! ...  zero padding up to a multiple of 4096 bytes (IREE's file alignment)
 //! ```
 
-use super::ParamsError;
+use super::WeightsError;
 use memmap2::Mmap;
 use std::collections::HashSet;
 use std::fs::File;
@@ -133,14 +133,14 @@ fn align(value: u64, alignment: u64) -> Option<u64> {
 
 /// Places `entries` the way IREE's archive builder does. Pure; checks
 /// names, splat patterns and u64 overflow.
-pub fn layout(entries: &[EntrySpec]) -> Result<Layout, ParamsError> {
+pub fn layout(entries: &[EntrySpec]) -> Result<Layout, WeightsError> {
     let mut seen = HashSet::new();
     let (mut table_len, mut metadata_len, mut storage_len) = (0u64, 0u64, 0u64);
     let mut has_data = false;
     let mut placed = Vec::with_capacity(entries.len());
     for spec in entries {
         let name = spec.name();
-        let err = |message: String| ParamsError::Spec { entry: name.to_string(), message };
+        let err = |message: String| WeightsError::ArchiveEntry { entry: name.to_string(), message };
         let overflow = || err("the archive would exceed 2^64 bytes".into());
         if !seen.insert(name) {
             return Err(err("declared twice; parameter names must be unique".into()));
@@ -170,7 +170,7 @@ pub fn layout(entries: &[EntrySpec]) -> Result<Layout, ParamsError> {
     // IREE: the table follows the header at 16-byte alignment, metadata follows
     // the table unaligned, and storage takes the first data entry's alignment.
     let table_start = align(HEADER_SIZE, ENTRY_ALIGNMENT).expect("a small constant");
-    let overflow = || ParamsError::Spec {
+    let overflow = || WeightsError::ArchiveEntry {
         entry: entries.last().map(|e| e.name().to_string()).unwrap_or_default(),
         message: "the archive would exceed 2^64 bytes".into(),
     };
@@ -274,9 +274,9 @@ pub fn write_archive(
     path: &Path,
     entries: &[EntrySpec],
     mut fill: impl FnMut(usize, &mut dyn Write) -> io::Result<()>,
-) -> Result<ArchiveSummary, ParamsError> {
+) -> Result<ArchiveSummary, WeightsError> {
     let layout = layout(entries)?;
-    let io_err = |op: &'static str| move |source| ParamsError::Io { path: path.to_path_buf(), op, source };
+    let io_err = |op: &'static str| move |source| WeightsError::File { path: path.to_path_buf(), op, source };
     let mut file = crate::AtomicFile::create(path).map_err(io_err("create a temporary file for"))?;
     // Dropping `file` on any early return deletes the temporary file.
     let mut out = BufWriter::with_capacity(BUFFER_CAPACITY, file.file());
@@ -290,7 +290,7 @@ pub fn write_archive(
         let filled = fill(index, &mut counter);
         let (written, overflow) = (counter.written, counter.overflow);
         if overflow || (filled.is_ok() && written != storage.length) {
-            return Err(ParamsError::Length {
+            return Err(WeightsError::ArchiveLength {
                 path: path.to_path_buf(),
                 entry: spec.name().to_string(),
                 declared: storage.length,
@@ -298,7 +298,7 @@ pub fn write_archive(
                 overflow,
             });
         }
-        filled.map_err(|source| ParamsError::Fill {
+        filled.map_err(|source| WeightsError::ArchiveFill {
             path: path.to_path_buf(),
             entry: spec.name().to_string(),
             source,
@@ -389,13 +389,13 @@ fn to_usize(v: u64) -> usize {
 impl IrpaArchive {
     /// Maps `path` and validates every entry (bounds, UTF-8 names, unique names)
     /// before returning.
-    pub fn open(path: &Path) -> Result<IrpaArchive, ParamsError> {
-        let io_err = |op: &'static str| move |source| ParamsError::Io { path: path.to_path_buf(), op, source };
+    pub fn open(path: &Path) -> Result<IrpaArchive, WeightsError> {
+        let io_err = |op: &'static str| move |source| WeightsError::File { path: path.to_path_buf(), op, source };
         let file = File::open(path).map_err(io_err("open"))?;
         let len = file.metadata().map_err(io_err("read the size of"))?.len();
         // Checked before mapping: an empty file cannot be mapped everywhere.
         if len < HEADER_SIZE {
-            return Err(ParamsError::TooShort { path: path.to_path_buf(), len, need: HEADER_SIZE });
+            return Err(WeightsError::ArchiveTooShort { path: path.to_path_buf(), len, need: HEADER_SIZE });
         }
         // SAFETY: the mapping is read-only; like every mmap reader we rely on
         // nobody truncating or rewriting the file while it is open (kiln's
@@ -407,10 +407,14 @@ impl IrpaArchive {
 
     /// Validates a whole archive held in memory and returns its entry
     /// count: the entry point for fuzzing the parser.
-    pub fn validate(bytes: &[u8]) -> Result<usize, ParamsError> {
+    pub fn validate(bytes: &[u8]) -> Result<usize, WeightsError> {
         let path = Path::new("<memory>");
         if (bytes.len() as u64) < HEADER_SIZE {
-            return Err(ParamsError::TooShort { path: path.to_path_buf(), len: bytes.len() as u64, need: HEADER_SIZE });
+            return Err(WeightsError::ArchiveTooShort {
+                path: path.to_path_buf(),
+                len: bytes.len() as u64,
+                need: HEADER_SIZE,
+            });
         }
         Ok(parse(path, bytes)?.0.len())
     }
@@ -471,14 +475,15 @@ impl IrpaArchive {
 
 /// Validates the whole archive with checked u64 math; never trusts a count
 /// or offset before checking it against the file.
-fn parse(path: &Path, map: &[u8]) -> Result<(Vec<RawEntry>, Vec<usize>), ParamsError> {
+fn parse(path: &Path, map: &[u8]) -> Result<(Vec<RawEntry>, Vec<usize>), WeightsError> {
     let file_len = map.len() as u64;
-    let corrupt = |offset: u64, message: String| ParamsError::Corrupt { path: path.to_path_buf(), offset, message };
-    let unsupported = |message: String| ParamsError::Unsupported { path: path.to_path_buf(), message };
+    let corrupt =
+        |offset: u64, message: String| WeightsError::ArchiveCorrupt { path: path.to_path_buf(), offset, message };
+    let unsupported = |message: String| WeightsError::ArchiveUnsupported { path: path.to_path_buf(), message };
 
     let magic = u32_at(map, 0);
     if magic != MAGIC {
-        return Err(ParamsError::BadMagic { path: path.to_path_buf(), found: magic });
+        return Err(WeightsError::ArchiveMagic { path: path.to_path_buf(), found: magic });
     }
     let (major, minor) = (u16::from_le_bytes([map[4], map[5]]), u16::from_le_bytes([map[6], map[7]]));
     if (major, minor) != (0, 0) {
@@ -517,7 +522,7 @@ fn parse(path: &Path, map: &[u8]) -> Result<(Vec<RawEntry>, Vec<usize>), ParamsE
         ));
     }
     // A sub-range of a segment, as a position in the mapping.
-    let resolve = |seg: Range, r: Range, at: u64, what: &str, entry: u64| -> Result<(usize, usize), ParamsError> {
+    let resolve = |seg: Range, r: Range, at: u64, what: &str, entry: u64| -> Result<(usize, usize), WeightsError> {
         if r.length == 0 {
             return Ok((0, 0));
         }
@@ -617,7 +622,7 @@ fn parse(path: &Path, map: &[u8]) -> Result<(Vec<RawEntry>, Vec<usize>), ParamsE
     let name_of = |i: usize| &map[entries[i].name.0..entries[i].name.1];
     by_name.sort_by(|&a, &b| name_of(a).cmp(name_of(b)).then(a.cmp(&b)));
     if let Some(w) = by_name.windows(2).find(|w| name_of(w[0]) == name_of(w[1])) {
-        return Err(ParamsError::DuplicateName {
+        return Err(WeightsError::ArchiveDuplicateName {
             path: path.to_path_buf(),
             name: String::from_utf8_lossy(name_of(w[0])).into_owned(),
             first: entries[w[0]].index,
@@ -761,7 +766,7 @@ mod tests {
             vec![data("a", 1), splat("a", &[0], 1)],
         ] {
             let e = layout(&bad).expect_err("must fail");
-            assert!(matches!(e, ParamsError::Spec { .. }), "{e}");
+            assert!(matches!(e, WeightsError::ArchiveEntry { .. }), "{e}");
         }
     }
 
@@ -958,16 +963,19 @@ i.create_archive_file(plain)
 
         for cut in [0, 4, 40, 87, 88, 100, rec(1) + 30, meta.offset + 2, storage.offset + 50, storage_end - 1] {
             let e = open(&base[..cut as usize]);
-            assert!(matches!(e, ParamsError::TooShort { .. } | ParamsError::Corrupt { .. }), "cut at {cut}: {e}");
+            assert!(
+                matches!(e, WeightsError::ArchiveTooShort { .. } | WeightsError::ArchiveCorrupt { .. }),
+                "cut at {cut}: {e}"
+            );
         }
-        assert!(matches!(mutated(&|b| b[0] = b'X'), ParamsError::BadMagic { .. }));
-        assert!(matches!(mutated(&|b| b[4] = 1), ParamsError::Unsupported { .. })); // version 1.0
-        assert!(matches!(mutated(&|b| b[6] = 1), ParamsError::Unsupported { .. })); // version 0.1
-        assert!(matches!(mutated(&|b| set_u64(b, 16, 4096)), ParamsError::Unsupported { .. }));
-        assert!(matches!(mutated(&|b| b[10] = 1), ParamsError::Corrupt { offset: 8, .. }));
+        assert!(matches!(mutated(&|b| b[0] = b'X'), WeightsError::ArchiveMagic { .. }));
+        assert!(matches!(mutated(&|b| b[4] = 1), WeightsError::ArchiveUnsupported { .. })); // version 1.0
+        assert!(matches!(mutated(&|b| b[6] = 1), WeightsError::ArchiveUnsupported { .. })); // version 0.1
+        assert!(matches!(mutated(&|b| set_u64(b, 16, 4096)), WeightsError::ArchiveUnsupported { .. }));
+        assert!(matches!(mutated(&|b| b[10] = 1), WeightsError::ArchiveCorrupt { offset: 8, .. }));
 
         let corrupt = |f: &dyn Fn(&mut Vec<u8>), what: &str| match mutated(f) {
-            ParamsError::Corrupt { .. } => {}
+            WeightsError::ArchiveCorrupt { .. } => {}
             e => panic!("{what}: expected Corrupt, got {e}"),
         };
         corrupt(&|b| set_u64(b, 32, u64::MAX), "entry_count u64::MAX");
@@ -995,13 +1003,13 @@ i.create_archive_file(plain)
         corrupt(&|b| b[rec(1) as usize + 84] = 3, "splat pattern length 3");
         corrupt(&|b| b[rec(1) as usize + 84] = 0, "splat pattern length 0");
         corrupt(&|b| set_u64(b, rec(1) + 60, 33), "splat length not a multiple of the pattern");
-        assert!(matches!(mutated(&|b| b[rec(0) as usize + 8] = 3), ParamsError::Unsupported { .. }));
+        assert!(matches!(mutated(&|b| b[rec(0) as usize + 8] = 3), WeightsError::ArchiveUnsupported { .. }));
         // gamma's name range pointed at alpha's: the same name twice.
         let dup = mutated(&|b| {
             let alpha = b[rec(0) as usize + 20..rec(0) as usize + 36].to_vec();
             b[rec(2) as usize + 20..rec(2) as usize + 36].copy_from_slice(&alpha);
         });
-        assert!(matches!(dup, ParamsError::DuplicateName { first: 0, second: 2, .. }), "{dup}");
+        assert!(matches!(dup, WeightsError::ArchiveDuplicateName { first: 0, second: 2, .. }), "{dup}");
 
         // A skip entry (type 0) is erased, as in IREE: the rest still reads.
         let mut b = base.clone();
@@ -1025,16 +1033,22 @@ i.create_archive_file(plain)
             w.write_all(&[0; 10])
         })
         .expect_err("fill error");
-        assert!(matches!(&e, ParamsError::Fill { entry, .. } if entry == "b"), "{e}");
+        assert!(matches!(&e, WeightsError::ArchiveFill { entry, .. } if entry == "b"), "{e}");
 
         let e = write_archive(&path, &specs, |_, w| w.write_all(&[0; 9])).expect_err("short");
-        assert!(matches!(&e, ParamsError::Length { entry, written: 9, overflow: false, .. } if entry == "a"), "{e}");
+        assert!(
+            matches!(&e, WeightsError::ArchiveLength { entry, written: 9, overflow: false, .. } if entry == "a"),
+            "{e}"
+        );
 
         let e = write_archive(&path, &specs, |_, w| w.write_all(&[0; 11])).expect_err("long");
-        assert!(matches!(&e, ParamsError::Length { entry, written: 11, overflow: true, .. } if entry == "a"), "{e}");
+        assert!(
+            matches!(&e, WeightsError::ArchiveLength { entry, written: 11, overflow: true, .. } if entry == "a"),
+            "{e}"
+        );
 
         let e = write_archive(&path, &[data("a", 1), data("a", 1)], |_, w| w.write_all(&[0])).expect_err("dup");
-        assert!(matches!(e, ParamsError::Spec { .. }), "{e}");
+        assert!(matches!(e, WeightsError::ArchiveEntry { .. }), "{e}");
 
         assert!(leftovers(dir.path()).is_empty(), "left behind: {:?}", leftovers(dir.path()));
 

@@ -1,17 +1,16 @@
 //! The three ways weights reach IREE, end to end: the same graph and the
 //! same weights, inline in bytecode, inline in text, and named in an
-//! `.irpa` written by [`super::archive`]; each run by `iree-run-module`
+//! `.irpa` written by [`crate::weights::archive`]; each run by `iree-run-module`
 //! against the reference interpreter.
 
-use super::archive::{self, tests::q4_k_blocks, DerivedParam};
-use super::irpa::IrpaArchive;
-use super::ParamInits;
+use super::{write_module_to_path, Emit, LowerOptions, ParamInits, Session};
 use crate::graph::{text, DType, Graph};
 use crate::interp::{self, Value};
 use crate::iree::Iree;
-use crate::lower::{write_module_to_path, Emit, LowerOptions, Session};
 use crate::npy;
+use crate::weights::archive::{self, tests::q4_k_blocks, DerivedParam};
 use crate::weights::ggml::GgmlType;
+use crate::weights::irpa::IrpaArchive;
 use crate::weights::quant;
 use half::bf16;
 use std::collections::HashMap;

@@ -1,4 +1,5 @@
-//! Element types and tensor types of graph values.
+//! Element types and tensor types: of checkpoint tensors, archive entries,
+//! graph values and interpreter values alike.
 
 use std::fmt;
 use std::str::FromStr;

@@ -7,7 +7,7 @@
 //!
 //! Names and keys are llama.cpp's (`gguf-py/gguf/constants.py`,
 //! `src/llama-arch.cpp`); the metadata is what kiln's front-ends read
-//! ([`crate::models::llama::Config::from_gguf`]). Quantized presets follow
+//! ([`super::llama::Config::from_gguf`]). Quantized presets follow
 //! llama.cpp's Q4_K_M recipe (`llama_tensor_get_type` in
 //! `src/llama-quant.cpp`): Q4_K by default; `attn_v` and `ffn_down` Q6_K on
 //! the layers [`use_more_bits`] picks; the output head Q6_K (the token
@@ -16,11 +16,11 @@
 //! end-to-end tests: llama.cpp's Q8_0 mix (every matrix Q8_0, norms F32) and
 //! a byte-level GPT-2 vocabulary, so `kiln run` can tokenize a prompt for it.
 
-use super::ggml::GgmlType;
-use super::gguf::ValueType;
-use super::gguf_writer::{GgufWriter, TensorData, Value, WriteSummary};
-use super::WeightsError;
 use crate::trace::nn::RopeScaling;
+use crate::weights::ggml::GgmlType;
+use crate::weights::gguf::ValueType;
+use crate::weights::gguf_writer::{GgufWriter, TensorData, Value, WriteSummary};
+use crate::weights::WeightsError;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
@@ -456,7 +456,7 @@ pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter, WeightsError> 
             ("embedding_length_per_layer_input", int(per_layer_input)),
             ("attention.shared_kv_layers", int(shared_kv_layers)),
             ("activation_sparsity_scale", Value::f32s(sparsity)),
-            ("attention.sliding_window_pattern", Value::Array(ValueType::Bool, sliding.collect())),
+            ("attention.sliding_window_pattern", Value::array(ValueType::Bool, sliding.collect())),
         ]);
     }
     for (key, value) in keys {
@@ -485,12 +485,12 @@ fn add_byte_tokenizer(w: &mut GgufWriter, vocab_size: usize, path: &Path) -> Res
         Some(c) => c.to_string(),
         None => format!("<|reserved_{}|>", i - 256),
     });
-    let types = (0..vocab_size).map(|i| Value::I32(if i < 256 { TOKEN_TYPE_NORMAL } else { TOKEN_TYPE_CONTROL }));
+    let types = (0..vocab_size).map(|i| if i < 256 { TOKEN_TYPE_NORMAL } else { TOKEN_TYPE_CONTROL });
     w.add("tokenizer.ggml.model", "gpt2")?;
     w.add("tokenizer.ggml.pre", "gpt-2")?;
-    w.add("tokenizer.ggml.tokens", Value::Array(ValueType::String, tokens.map(Value::String).collect()))?;
-    w.add("tokenizer.ggml.token_type", Value::Array(ValueType::I32, types.collect()))?;
-    w.add("tokenizer.ggml.merges", Value::Array(ValueType::String, Vec::new()))?;
+    w.add("tokenizer.ggml.tokens", Value::strings(tokens))?;
+    w.add("tokenizer.ggml.token_type", Value::i32s(types))?;
+    w.add("tokenizer.ggml.merges", Value::strings(Vec::<String>::new()))?;
     w.add("tokenizer.ggml.add_bos_token", false)?;
     Ok(())
 }
