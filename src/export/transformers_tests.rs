@@ -162,6 +162,12 @@ fn changed_configs_are_refused_by_name() {
     assert!(e.contains("config.json text_config: final_logit_softcapping = 30.0"), "{e}");
     let e = refused("qwen2_bias", &|c| c["rms_norm_eps"] = (-1.0).into());
     assert!(e.contains("rms_norm_eps = -1.0: must be positive"), "{e}");
+    let e = refused("gemma3n", &|c| c["num_kv_shared_layers"] = 5.into());
+    assert!(e.contains("num_kv_shared_layers = 5: layer 1 (global) has no global layer before the shared ones"), "{e}");
+    let e = refused("gemma3n", &|c| c["activation_sparsity_pattern"] = serde_json::json!([0.95]));
+    assert!(e.contains("activation_sparsity_pattern = [0.95]: must have 6 entries, one per layer"), "{e}");
+    let e = refused("gemma3n_multimodal", &|c| c["text_config"]["altup_correct_scale"] = false.into());
+    assert!(e.contains("config.json text_config: altup_correct_scale = false: kiln supports only true"), "{e}");
 }
 
 /// A tensor of the decoder that kiln does not read stops the export; the
@@ -187,4 +193,12 @@ fn unused_tensors_are_refused_but_not_the_vision_tower() {
         "{e}"
     );
     with_extra("gemma3_multimodal", "vision_tower.extra.bias").unwrap();
+    let e = with_extra("gemma3n", "model.layers.2.laurel.extra.weight").expect_err("refused").to_string();
+    assert!(
+        e.contains("\"model.layers.2.laurel.extra.weight\" is in the checkpoint but kiln's gemma3n front-end"),
+        "{e}"
+    );
+    with_extra("gemma3n_multimodal", "model.audio_tower.extra.bias").unwrap();
+    // What transformers 4.x saved for the shared layers, and 5.x ignores.
+    with_extra("gemma3n", "model.layers.5.self_attn.k_norm.weight").unwrap();
 }

@@ -833,9 +833,9 @@ mod tests {
     use crate::graph::{Graph, Node, Op, ValueId, DYNAMIC};
     use crate::interp;
     use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
+    use crate::models::synth::{self, Preset, SynthData};
     use crate::models::{token_ids, Family, GgufWeights, PackedPolicy, Serving};
     use crate::weights::gguf_writer::{GgufWriter, TensorData, Value};
-    use crate::models::synth::{self, Preset, SynthData};
     use std::collections::HashSet;
     use std::path::{Path, PathBuf};
 
