@@ -157,6 +157,12 @@ impl<'a> HfKeys<'a> {
         self.positive(key, n)
     }
 
+    /// A positive integer, `default` when absent or null (the model class's
+    /// default: shipped config.json files leave those out).
+    pub fn count_or(&self, key: &str, default: usize) -> Result<usize> {
+        self.positive(key, self.or(key, default)?)
+    }
+
     /// `n` (the value of `key`) if it is not zero.
     pub fn positive(&self, key: &str, n: usize) -> Result<usize> {
         match n {
@@ -230,6 +236,19 @@ impl<'g, D: AsRef<[u8]>> GgufKeys<'g, D> {
     pub fn new(gguf: &'g Gguf<D>) -> Result<Self> {
         let arch = gguf.get_str("general.architecture")?.to_string();
         Ok(GgufKeys { gguf, arch, seen: RefCell::new(BTreeSet::new()) })
+    }
+
+    /// The keys of `gguf`, which must be of architecture `arch`: its
+    /// context length does not change the logits, and mixture-of-experts
+    /// keys are refused.
+    pub fn of_arch(gguf: &'g Gguf<D>, arch: &str) -> Result<Self> {
+        let keys = GgufKeys::new(gguf)?;
+        if keys.arch != arch {
+            return Err(ModelError::UnknownArchitecture(keys.arch.clone()));
+        }
+        keys.ignore(&["context_length"]);
+        refuse_experts(&keys)?;
+        Ok(keys)
     }
 
     /// `{arch}.{name}`.

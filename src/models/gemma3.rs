@@ -98,12 +98,7 @@ impl Config {
     /// Reads the `gemma3.*` keys, each one used, listed as not changing the
     /// forward pass, or refused ([`GgufKeys::finish`]).
     pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
-        let keys = GgufKeys::new(gguf)?;
-        if keys.arch != "gemma3" {
-            return Err(ModelError::UnknownArchitecture(keys.arch.clone()));
-        }
-        keys.ignore(&["context_length"]);
-        config::refuse_experts(&keys)?;
+        let keys = GgufKeys::of_arch(gguf, "gemma3")?;
         let embedding_length = keys.count("embedding_length")?;
         let head_count = keys.count("attention.head_count")?;
         if !embedding_length.is_multiple_of(head_count) {
@@ -171,12 +166,11 @@ impl Config {
         let (keys, wrapper) = config::text_config(hf, "gemma3_text", "gemma3")?;
         // Gemma 3's own config.json files leave out what the class defaults
         // to (Gemma-3-4B's text_config has no vocab_size or head counts).
-        let count = |key: &str, default: usize| keys.positive(key, keys.or(key, default)?);
-        let hidden = count("hidden_size", 2304)?;
-        let heads = count("num_attention_heads", 8)?;
-        let kv_heads = count("num_key_value_heads", 4)?;
-        let head_dim = count("head_dim", 256)?;
-        let block_count = count("num_hidden_layers", 26)?;
+        let hidden = keys.count_or("hidden_size", 2304)?;
+        let heads = keys.count_or("num_attention_heads", 8)?;
+        let kv_heads = keys.count_or("num_key_value_heads", 4)?;
+        let head_dim = keys.count_or("head_dim", 256)?;
+        let block_count = keys.count_or("num_hidden_layers", 26)?;
         keys.fixed("hidden_activation", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
         keys.fixed("hidden_act", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
         keys.fixed("attention_bias", "false", "attention projections without biases")?;
@@ -226,7 +220,7 @@ impl Config {
         let config = Config {
             block_count,
             embedding_length: hidden,
-            feed_forward_length: count("intermediate_size", 9216)?,
+            feed_forward_length: keys.count_or("intermediate_size", 9216)?,
             head_count: heads,
             head_count_kv: kv_heads,
             head_dim,
@@ -238,7 +232,7 @@ impl Config {
             sliding_window,
             sliding,
             rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
-            vocab_size: count("vocab_size", 262_208)?,
+            vocab_size: keys.count_or("vocab_size", 262_208)?,
             attention_scale: 1.0 / keys.positive_f64("query_pre_attn_scalar", Some(256.0))?.sqrt(),
             final_logit_softcapping,
             norm_adds_one: true,

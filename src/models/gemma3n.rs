@@ -61,8 +61,8 @@ pub const ALTUP_INPUTS: usize = 4;
 /// `attention.shared_kv_layers` share keys and values from layer 20 on.
 const KV_LAYERS_FROM_START: usize = 20;
 
-/// llama.cpp's `n_layer_sparsity` and `f_sparsity_std_mul` (`Φ⁻¹(0.95)`
-/// as torch computes it), for GGUF files without `activation_sparsity_scale`.
+/// llama.cpp's `n_layer_sparsity` and `f_sparsity_std_mul` (its constant
+/// for `Φ⁻¹(0.95)`), for GGUF files without `activation_sparsity_scale`.
 const SPARSE_LAYERS: usize = 10;
 const SPARSITY_STD_MUL: f64 = 1.6448533535003662;
 
@@ -134,76 +134,6 @@ enum OneOrEach<T> {
 }
 
 impl Config {
-    /// Reads the `gemma3n.*` keys, each one used, listed as not changing the
-    /// forward pass, or refused ([`GgufKeys::finish`]).
-    pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
-        let keys = GgufKeys::new(gguf)?;
-        if keys.arch != "gemma3n" {
-            return Err(ModelError::UnknownArchitecture(keys.arch.clone()));
-        }
-        keys.ignore(&["context_length"]);
-        config::refuse_experts(&keys)?;
-        keys.fixed("altup.num_inputs", ALTUP_INPUTS as f64, "4 AltUp streams, as llama.cpp's converter writes")?;
-        keys.fixed("altup.active_idx", 0.0, "transformers corrects the streams after the first")?;
-        let (block_count, width, heads) =
-            (keys.count("block_count")?, keys.count("embedding_length")?, keys.count("attention.head_count")?);
-        let head_dim = keys.int_or("attention.key_length", width / heads)?;
-        config::head_dim_only(&keys, "attention.value_length", head_dim, "kiln needs values as wide as keys")?;
-        config::full_rotary(&keys, head_dim)?;
-        let positive = |v: &MetadataValue<'_>| v.as_u64().filter(|&n| n > 0).map(|n| n as usize);
-        let feed_forward_length =
-            config::per_block(&keys, "feed_forward_length", block_count, "widths", positive)?.ok_or_else(|| {
-                ModelError::MissingConfigKey { file: "GGUF metadata".into(), key: keys.key("feed_forward_length") }
-            })?;
-        // -inf where a layer is dense (the converter's Φ⁻¹(0)); +inf or NaN would zero it.
-        let scale = |v: &MetadataValue<'_>| v.as_f64().filter(|k| *k < f64::INFINITY);
-        let sparsity = match config::per_block(&keys, "activation_sparsity_scale", block_count, "numbers", scale)? {
-            Some(scales) => scales.into_iter().map(|k| k.is_finite().then_some(k)).collect(),
-            None => (0..block_count).map(|i| (i < SPARSE_LAYERS).then_some(SPARSITY_STD_MUL)).collect(),
-        };
-        let scaling = match config::rope_from_gguf(&keys)? {
-            RopeScaling::Yarn { .. } => {
-                return Err(keys.error(
-                    "rope.scaling.type",
-                    "\"yarn\"",
-                    "only linear rope scaling is supported for gemma3n",
-                ))
-            }
-            scaling => scaling,
-        };
-        let laurel_l = gguf
-            .tensor("blk.0.laurel_l.weight")
-            .ok_or_else(|| ModelError::MissingTensor("blk.0.laurel_l.weight".into()))?;
-        let vocab_size = config::vocab_size(&keys)?;
-        let config = Config {
-            block_count,
-            embedding_length: width,
-            feed_forward_length,
-            head_count: heads,
-            head_count_kv: keys.int_or("attention.head_count_kv", heads)?,
-            head_dim,
-            vocab_size,
-            per_layer_vocab_size: vocab_size,
-            per_layer_input: keys.count("embedding_length_per_layer_input")?,
-            laurel_rank: laurel_l.shape()[0],
-            shared_kv_layers: keys
-                .int_or("attention.shared_kv_layers", block_count.saturating_sub(KV_LAYERS_FROM_START))?,
-            sparsity,
-            rope: RopeConfig { theta: keys.positive_f64("rope.freq_base", Some(10_000.0))?, scaling },
-            local_rope: RopeConfig {
-                theta: keys.positive_f64("rope.freq_base_swa", Some(10_000.0))?,
-                scaling: RopeScaling::None,
-            },
-            sliding_window: keys.count("attention.sliding_window")?,
-            sliding: config::sliding_pattern(&keys, block_count, SLIDING_WINDOW_PATTERN)?,
-            rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
-            final_logit_softcapping: Some(keys.positive_f64("final_logit_softcapping", Some(30.0))?),
-            altup_stacked: true,
-        };
-        keys.finish()?;
-        config.check(|key, value, message| keys.error(key, value, message))
-    }
-
     /// From a Hugging Face `config.json`: `model_type` gemma3n_text
     /// (`Gemma3nForCausalLM`), or gemma3n (`Gemma3nForConditionalGeneration`,
     /// whose `text_config` is read and whose vision and audio towers are not
@@ -211,8 +141,7 @@ impl Config {
     /// come from text). Defaults are `Gemma3nTextConfig`'s.
     pub fn from_hf(hf: &HfConfig) -> Result<Config> {
         let (keys, wrapper) = config::text_config(hf, "gemma3n_text", "gemma3n")?;
-        let count = |key: &str, default: usize| keys.positive(key, keys.or(key, default)?);
-        let block_count = count("num_hidden_layers", 35)?;
+        let block_count = keys.count_or("num_hidden_layers", 35)?;
         keys.fixed("hidden_activation", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
         keys.fixed("attention_bias", "false", "attention projections without biases")?;
         keys.fixed("altup_num_inputs", "4", "4 AltUp streams, as llama.cpp's converter writes")?;
@@ -283,15 +212,15 @@ impl Config {
         let (rope, local_rope) = config::layer_type_ropes(&keys, 1_000_000.0, 10_000.0)?;
         let config = Config {
             block_count,
-            embedding_length: count("hidden_size", 2048)?,
+            embedding_length: keys.count_or("hidden_size", 2048)?,
             feed_forward_length,
-            head_count: count("num_attention_heads", 8)?,
-            head_count_kv: count("num_key_value_heads", 2)?,
-            head_dim: count("head_dim", 256)?,
-            vocab_size: count("vocab_size", 262_400)?,
-            per_layer_vocab_size: count("vocab_size_per_layer_input", 262_144)?,
-            per_layer_input: count("hidden_size_per_layer_input", 256)?,
-            laurel_rank: count("laurel_rank", 64)?,
+            head_count: keys.count_or("num_attention_heads", 8)?,
+            head_count_kv: keys.count_or("num_key_value_heads", 2)?,
+            head_dim: keys.count_or("head_dim", 256)?,
+            vocab_size: keys.count_or("vocab_size", 262_400)?,
+            per_layer_vocab_size: keys.count_or("vocab_size_per_layer_input", 262_144)?,
+            per_layer_input: keys.count_or("hidden_size_per_layer_input", 256)?,
+            laurel_rank: keys.count_or("laurel_rank", 64)?,
             shared_kv_layers: keys.or("num_kv_shared_layers", 15)?,
             sparsity,
             rope,
@@ -327,6 +256,71 @@ impl Config {
             }
         }
         config.check(|key, value: usize, message| keys.error(hf_key(key), &value.into(), message))
+    }
+
+    /// Reads the `gemma3n.*` keys, each one used, listed as not changing the
+    /// forward pass, or refused ([`GgufKeys::finish`]).
+    pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
+        let keys = GgufKeys::of_arch(gguf, "gemma3n")?;
+        keys.fixed("altup.num_inputs", ALTUP_INPUTS as f64, "4 AltUp streams, as llama.cpp's converter writes")?;
+        keys.fixed("altup.active_idx", 0.0, "transformers corrects the streams after the first")?;
+        let (block_count, width, heads) =
+            (keys.count("block_count")?, keys.count("embedding_length")?, keys.count("attention.head_count")?);
+        let head_dim = keys.int_or("attention.key_length", width / heads)?;
+        config::head_dim_only(&keys, "attention.value_length", head_dim, "kiln needs values as wide as keys")?;
+        config::full_rotary(&keys, head_dim)?;
+        let positive = |v: &MetadataValue<'_>| v.as_u64().filter(|&n| n > 0).map(|n| n as usize);
+        let feed_forward_length =
+            config::per_block(&keys, "feed_forward_length", block_count, "widths", positive)?.ok_or_else(|| {
+                ModelError::MissingConfigKey { file: "GGUF metadata".into(), key: keys.key("feed_forward_length") }
+            })?;
+        // -inf where a layer is dense (the converter's Φ⁻¹(0)); +inf or NaN would zero it.
+        let scale = |v: &MetadataValue<'_>| v.as_f64().filter(|k| *k < f64::INFINITY);
+        let sparsity = match config::per_block(&keys, "activation_sparsity_scale", block_count, "numbers", scale)? {
+            Some(scales) => scales.into_iter().map(|k| k.is_finite().then_some(k)).collect(),
+            None => (0..block_count).map(|i| (i < SPARSE_LAYERS).then_some(SPARSITY_STD_MUL)).collect(),
+        };
+        let scaling = match config::rope_from_gguf(&keys)? {
+            RopeScaling::Yarn { .. } => {
+                return Err(keys.error(
+                    "rope.scaling.type",
+                    "\"yarn\"",
+                    "only linear rope scaling is supported for gemma3n",
+                ))
+            }
+            scaling => scaling,
+        };
+        let laurel_l = gguf
+            .tensor("blk.0.laurel_l.weight")
+            .ok_or_else(|| ModelError::MissingTensor("blk.0.laurel_l.weight".into()))?;
+        let vocab_size = config::vocab_size(&keys)?;
+        let config = Config {
+            block_count,
+            embedding_length: width,
+            feed_forward_length,
+            head_count: heads,
+            head_count_kv: keys.int_or("attention.head_count_kv", heads)?,
+            head_dim,
+            vocab_size,
+            per_layer_vocab_size: vocab_size,
+            per_layer_input: keys.count("embedding_length_per_layer_input")?,
+            laurel_rank: laurel_l.shape()[0],
+            shared_kv_layers: keys
+                .int_or("attention.shared_kv_layers", block_count.saturating_sub(KV_LAYERS_FROM_START))?,
+            sparsity,
+            rope: RopeConfig { theta: keys.positive_f64("rope.freq_base", Some(10_000.0))?, scaling },
+            local_rope: RopeConfig {
+                theta: keys.positive_f64("rope.freq_base_swa", Some(10_000.0))?,
+                scaling: RopeScaling::None,
+            },
+            sliding_window: keys.count("attention.sliding_window")?,
+            sliding: config::sliding_pattern(&keys, block_count, SLIDING_WINDOW_PATTERN)?,
+            rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
+            final_logit_softcapping: Some(keys.positive_f64("final_logit_softcapping", Some(30.0))?),
+            altup_stacked: true,
+        };
+        keys.finish()?;
+        config.check(|key, value, message| keys.error(key, value, message))
     }
 
     /// What both sources must satisfy: kv heads dividing the heads, even
@@ -446,9 +440,28 @@ fn column<'t>(c: &Tensor<'t>, j: usize, like: &Tensor<'t>) -> Result<Tensor<'t>>
 fn projections<'t>(t: &'t Tracer, weights: &dyn Checkpoint, name: &str, c: &Config) -> Result<Vec<Weight<'t>>> {
     let (n, d) = (ALTUP_INPUTS - 1, c.embedding_length);
     match c.altup_stacked {
-        true => weights.load(t, &format!("{name}.weight"), &[n, d, d])?.matrices(),
+        true => weights.load(t, &format!("{name}.weight"), &[n, d, d])?.row_blocks(n),
         false => (0..n).map(|i| weights.load(t, &format!("{name}.{i}.weight"), &[d, d])).collect(),
     }
+}
+
+/// The per-layer table `[V, L · P]` viewed as `[V · L, P]` (the same bytes):
+/// row `tok · L + l` is token `tok`'s slice for layer `l`, so that each layer
+/// gathers its own rows. Packed, a slice must be a whole number of blocks.
+fn per_layer_view<'t>(table: Weight<'t>, c: &Config) -> Result<Weight<'t>> {
+    let (rows, width) = (table.shape[0] * c.block_count, c.per_layer_input);
+    let raw = match table.packed {
+        Some(ty) if !width.is_multiple_of(ty.block_size()) => {
+            return Err(ModelError::Config(format!(
+                "{}: {ty} blocks of {} values do not divide a layer's {width}",
+                table.name,
+                ty.block_size()
+            )))
+        }
+        Some(_) => table.raw,
+        None => table.raw.reshape(&[rows, width])?,
+    };
+    Ok(Weight { raw, shape: vec![rows, width], ..table })
 }
 
 /// `y [seq, D]` rescaled to `target [seq]`, the magnitude of the stream it
@@ -462,10 +475,14 @@ fn rescaled<'t>(y: &Tensor<'t>, target: &Tensor<'t>) -> Result<Tensor<'t>> {
 /// coefficients that predict the streams before the layer and correct them
 /// after it.
 struct AltUp<'t> {
+    /// `[D]`, then `[4, D]`: `route(x)`.
     altup_router_norm: Tensor<'t>,
     altup_router: Weight<'t>,
+    /// `[16, 4]`: `C` of the prediction, from `route(h_0)`.
     altup_predict_coef: Weight<'t>,
+    /// `[4, 4]`: the correction's weights, from `route(o)`.
     altup_correct_coef: Weight<'t>,
+    /// `[D]`: `s`, the corrected first stream's scale before the per-layer input's gate.
     altup_correct_scale: Tensor<'t>,
     eps: f64,
 }
@@ -702,61 +719,65 @@ pub struct Gemma3n<'t> {
     /// The hyper-parameters the model was loaded with.
     pub config: Config,
     token_embd: Weight<'t>,
+    /// The tied head (or `output.weight`) and the norm before it.
+    head: (Tensor<'t>, Weight<'t>),
+    /// `[V · L, P]`: row `tok · L + l` is token `tok`'s input to layer `l`.
     per_layer_token_embd: Weight<'t>,
-    per_layer_model_proj: Weight<'t>,
+    /// Per layer, its `[P, D]` rows of `W_plm`.
+    per_layer_model_proj: Vec<Weight<'t>>,
     per_layer_proj_norm: Tensor<'t>,
     altup_proj: Vec<Weight<'t>>,
     altup_unembd_proj: Vec<Weight<'t>>,
     layers: Vec<Layer<'t>>,
-    output_norm: Tensor<'t>,
-    output: Weight<'t>,
 }
 
 impl<'t> Gemma3n<'t> {
-    /// Declares every weight in `t`, checking each shape against `c`.
-    pub fn load(t: &'t Tracer, c: &Config, weights: &dyn Checkpoint) -> Result<Self> {
-        let c = c.clone();
-        let (d, per_layer) = (c.embedding_length, c.block_count * c.per_layer_input);
-        let token_embd = weights.load(t, "token_embd.weight", &[c.vocab_size, d])?;
-        let (output_norm, output) = load_head(t, weights, &token_embd)?;
+    /// Declares every weight in `t`, checking each shape against `config`.
+    pub fn load(t: &'t Tracer, config: &Config, weights: &dyn Checkpoint) -> Result<Self> {
+        let (d, per_layer) = (config.embedding_length, config.block_count * config.per_layer_input);
+        let token_embd = weights.load(t, "token_embd.weight", &[config.vocab_size, d])?;
+        let per_layer_rows = [config.per_layer_vocab_size, per_layer];
         Ok(Gemma3n {
             tracer: t,
-            per_layer_token_embd: weights.load(
-                t,
-                "per_layer_token_embd.weight",
-                &[c.per_layer_vocab_size, per_layer],
+            head: load_head(t, weights, &token_embd)?,
+            per_layer_token_embd: per_layer_view(
+                weights.load(t, "per_layer_token_embd.weight", &per_layer_rows)?,
+                config,
             )?,
-            per_layer_model_proj: weights.load(t, "per_layer_model_proj.weight", &[per_layer, d])?,
-            per_layer_proj_norm: weights.load(t, "per_layer_proj_norm.weight", &[c.per_layer_input])?.f32()?,
-            altup_proj: projections(t, weights, "altup_proj", &c)?,
-            altup_unembd_proj: projections(t, weights, "altup_unembd_proj", &c)?,
-            layers: (0..c.block_count).map(|i| Layer::load(t, weights, i, &c)).collect::<Result<_>>()?,
+            per_layer_model_proj: weights
+                .load(t, "per_layer_model_proj.weight", &[per_layer, d])?
+                .row_blocks(config.block_count)?,
+            per_layer_proj_norm: weights.load(t, "per_layer_proj_norm.weight", &[config.per_layer_input])?.f32()?,
+            altup_proj: projections(t, weights, "altup_proj", config)?,
+            altup_unembd_proj: projections(t, weights, "altup_unembd_proj", config)?,
+            layers: (0..config.block_count).map(|i| Layer::load(t, weights, i, config)).collect::<Result<_>>()?,
             token_embd,
-            output_norm,
-            output,
-            config: c,
+            config: config.clone(),
         })
     }
 
-    /// `pli [seq, L, P] = (norm(W_plm · e / √D, w_pln) + E_pl[tok] · √P) / √2`,
-    /// from the tokens and their scaled embeddings `e [seq, D]`. A packed
-    /// table dequantizes only the rows of the tokens ([`Weight::rows`]).
-    fn per_layer_inputs(&self, tokens: &Tensor<'t>, e: &Tensor<'t>) -> Result<Tensor<'t>> {
+    /// Layer `l`'s input `(norm(W_plm[l] · e / √D, w_pln) + E_pl[tok][l] · √P)
+    /// / √2` `[seq, P]`, from the tokens and their scaled embeddings `e [seq,
+    /// D]`. Each layer gathers its own rows of the table and projects with its
+    /// own rows of `W_plm`: with one `[seq, L, P]` result sliced per layer
+    /// instead, iree-compile 3.13 fails on the strided slice in the gate's
+    /// product ("large vector sizes") once `P` is 256. A packed table
+    /// dequantizes only the gathered rows ([`Weight::rows`]).
+    fn per_layer_input(&self, l: usize, tokens: &Tensor<'t>, e: &Tensor<'t>) -> Result<Tensor<'t>> {
         let c = &self.config;
-        let shape = [tokens.ty.shape[0], c.block_count, c.per_layer_input];
+        let constant = |v: usize| self.tracer.constant(v as f64, tokens.ty.clone());
         // transformers reads row 0 for tokens past the table (E2B's 256 soft tokens).
         let ids = match c.per_layer_vocab_size < c.vocab_size {
             true => {
-                let limit = self.tracer.constant(c.per_layer_vocab_size as f64, tokens.ty.clone())?;
-                let zero = self.tracer.constant(0.0, tokens.ty.clone())?;
-                tokens.compare(ComparisonDirection::Lt, &limit)?.select(tokens, &zero)?
+                let in_table = tokens.compare(ComparisonDirection::Lt, &constant(c.per_layer_vocab_size)?)?;
+                in_table.select(tokens, &constant(0)?)?
             }
             false => tokens.clone(),
         };
-        let table =
-            scale(&self.per_layer_token_embd.rows(&ids)?, (c.per_layer_input as f64).sqrt())?.reshape(&shape)?;
-        let projected = scale(&self.per_layer_model_proj.linear(e)?, 1.0 / (c.embedding_length as f64).sqrt())?;
-        let projected = projected.reshape(&shape)?.rms_norm(Some(&self.per_layer_proj_norm), c.rms_norm_eps)?;
+        let row = ids.multiply(&constant(c.block_count)?)?.add(&constant(l)?)?;
+        let table = scale(&self.per_layer_token_embd.rows(&row)?, (c.per_layer_input as f64).sqrt())?;
+        let projected = scale(&self.per_layer_model_proj[l].linear(e)?, 1.0 / (c.embedding_length as f64).sqrt())?;
+        let projected = projected.rms_norm(Some(&self.per_layer_proj_norm), c.rms_norm_eps)?;
         scale(&projected.add(&table)?, FRAC_1_SQRT_2)
     }
 
@@ -802,7 +823,6 @@ impl<'t> Decoder<'t> for Gemma3n<'t> {
         // The embedding is scaled in f32, as llama.cpp does (HF rounds √D
         // to the weights' dtype first).
         let e = scale(&self.token_embd.rows(tokens)?, (c.embedding_length as f64).sqrt())?;
-        let pli = self.per_layer_inputs(tokens, &e)?;
         let mut h = self.streams(&e)?;
         // The keys and values the shared layers read: the last computed by
         // a local layer and by a global one.
@@ -810,16 +830,15 @@ impl<'t> Decoder<'t> for Gemma3n<'t> {
         for (i, layer) in self.layers.iter().enumerate() {
             let sliding = c.sliding[i];
             let (rotation, mask) = if sliding { &local } else { &global };
-            let pli =
-                pli.slice(&[0, i, 0], &[seq, i + 1, c.per_layer_input], &[1; 3])?.reshape(&[seq, c.per_layer_input])?;
+            let pli = self.per_layer_input(i, tokens, &e)?;
             let (next, kv) = layer.forward(&h, &pli, (rotation, mask), last_kv[sliding as usize].as_ref(), cache, i)?;
             if kv.is_some() {
                 last_kv[sliding as usize] = kv;
             }
             h = next;
         }
-        let x = self.merge(&h)?.rms_norm(Some(&self.output_norm), c.rms_norm_eps)?;
-        let logits = self.output.linear(&x)?;
+        let (output_norm, output) = &self.head;
+        let logits = output.linear(&self.merge(&h)?.rms_norm(Some(output_norm), c.rms_norm_eps)?)?;
         Ok(match c.final_logit_softcapping {
             Some(cap) => logits.soft_cap(cap)?,
             None => logits,
@@ -974,9 +993,10 @@ mod tests {
     }
 
     /// E2B's shapes (`kiln dev synth gemma3n-e2b`) with packed weights kept:
-    /// the 262144 x 7680 per-layer table is gathered as raw Q6_K rows and
-    /// only the tokens' rows are dequantized ([`Weight::rows`]), in prefill
-    /// and decode; no f32 value anywhere is table-sized.
+    /// the 262144 x 7680 per-layer table is gathered as raw Q6_K rows (each
+    /// layer its 256 values of each token) and only those are dequantized
+    /// ([`Weight::rows`]), in prefill and decode; no f32 value anywhere is
+    /// table-sized.
     #[test]
     fn e2b_keep_dequantizes_only_the_gathered_per_layer_rows() {
         let dir = tempfile::tempdir().unwrap();
@@ -999,9 +1019,11 @@ mod tests {
                     matches!(n.op, Op::Dequantize { .. }) && reads(graph, n.operands[0], table, &mut HashSet::new())
                 })
                 .collect();
-            assert_eq!(dequantized.len(), 1, "one dequantization of the table's rows");
-            assert_eq!(dequantized[0].ty, TensorType::new([rows, 7680], DType::F32));
-            assert!(matches!(graph.node(dequantized[0].operands[0]).op, Op::Gather), "of the gathered rows");
+            assert_eq!(dequantized.len(), 30, "each layer dequantizes its rows of the table");
+            for node in dequantized {
+                assert_eq!(node.ty, TensorType::new([rows, 256], DType::F32));
+                assert!(matches!(graph.node(node.operands[0]).op, Op::Gather), "of the gathered rows");
+            }
             let f32s = graph.nodes().iter().filter(|n| n.ty.dtype == DType::F32);
             let largest = f32s.filter_map(|n| n.ty.static_num_elements()).max().unwrap();
             // Prefill's largest is the tied head, dequantized for the product.

@@ -452,30 +452,36 @@ impl<'t> Weight<'t> {
         }
     }
 
-    /// The `n` matrices `[rows, cols]` of a stacked `[n, rows, cols]`
-    /// weight (GGUF's `altup_proj`), each a slice of the one param: a
-    /// packed matrix is whole rows of whole blocks, so its bytes are
-    /// contiguous.
-    pub fn matrices(&self) -> Result<Vec<Weight<'t>>> {
-        let [n, rows, cols] = self.shape[..] else {
+    /// The `n` equal blocks of rows of this matrix, or of the `[n · rows,
+    /// cols]` matrix a `[n, rows, cols]` stack is: each a slice of the one
+    /// param (a packed block is whole rows of whole blocks, so its bytes are
+    /// contiguous), which a product reads in place.
+    pub fn row_blocks(&self, n: usize) -> Result<Vec<Weight<'t>>> {
+        let (rows, cols) = match self.shape[..] {
+            [rows, cols] => (rows, cols),
+            [stack, rows, cols] => (stack * rows, cols),
+            _ => (0, 0),
+        };
+        if n == 0 || rows == 0 || !rows.is_multiple_of(n) {
             return Err(ModelError::Config(format!(
-                "{}: matrices() needs a stack of matrices, found shape {:?}",
+                "{}: row_blocks({n}) needs a matrix or a stack of them with a multiple of {n} rows, found shape {:?}",
                 self.name, self.shape
             )));
-        };
+        }
+        let block = rows / n;
         let part = |i: usize| -> Result<Tensor<'t>> {
             Ok(match self.packed {
                 Some(_) => {
                     let len = self.raw.ty.shape[0] / n;
                     self.raw.slice(&[i * len], &[(i + 1) * len], &[1])?
                 }
-                None => self.raw.slice(&[i, 0, 0], &[i + 1, rows, cols], &[1; 3])?.reshape(&[rows, cols])?,
+                None => self.raw.reshape(&[rows, cols])?.slice(&[i * block, 0], &[(i + 1) * block, cols], &[1, 1])?,
             })
         };
         (0..n)
             .map(|i| {
                 let name = format!("{}[{i}]", self.name);
-                Ok(Weight { name, raw: part(i)?, packed: self.packed, shape: vec![rows, cols] })
+                Ok(Weight { name, raw: part(i)?, packed: self.packed, shape: vec![block, cols] })
             })
             .collect()
     }
