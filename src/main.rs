@@ -30,7 +30,7 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Scope name of `#flow.parameter.named` (`--parameters=SCOPE=FILE`).
-        #[arg(long, default_value = "model")]
+        #[arg(long, default_value = lower::DEFAULT_PARAM_SCOPE)]
         param_scope: String,
         /// Output form; by default bytecode for a `.mlirbc` output, else text.
         #[arg(long, value_enum)]
@@ -83,8 +83,9 @@ enum Command {
         output: PathBuf,
         /// Where params come from: the checkpoint itself, an .irpa archive,
         /// or the module.
-        #[arg(long, value_enum, default_value_t = ParamsArg::Reference)]
-        params: ParamsArg,
+        #[arg(long, default_value = ParamsMode::default().name(),
+              value_parser = PossibleValuesParser::new(ParamsMode::ALL.map(|m| m.name())).try_map(|s| s.parse::<ParamsMode>()))]
+        params: ParamsMode,
         /// What quantized tensors become.
         #[arg(long, value_enum, default_value_t = PackedArg::Fail)]
         packed: PackedArg,
@@ -145,13 +146,6 @@ enum DevCommand {
 enum Data {
     Zeros,
     Seeded,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum ParamsArg {
-    Reference,
-    Archive,
-    Inline,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -255,11 +249,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Export { model, output, params, packed, dtype, max_context, emit: form, full_resources } => {
             let dtype: DType = dtype.parse().map_err(|e| anyhow::anyhow!("--dtype: {e}"))?;
             let options = ExportOptions {
-                params: match params {
-                    ParamsArg::Reference => ParamsMode::Reference,
-                    ParamsArg::Archive => ParamsMode::Archive,
-                    ParamsArg::Inline => ParamsMode::Inline,
-                },
+                params,
                 packed: match packed {
                     PackedArg::Fail => PackedPolicy::Fail,
                     PackedArg::Dequantize => PackedPolicy::Dequantize(dtype),

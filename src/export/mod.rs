@@ -17,14 +17,18 @@
 //! - `inline`: every param is a `dense_resource` blob in the module, which
 //!   aliases the mapped checkpoint until it is written (bytecode by default).
 
-use crate::graph::{DType, Graph, Op};
+mod plan;
+
+pub use plan::{Home, Param, Plan};
+
+use crate::graph::{DType, Op};
 use crate::iree::{Iree, IreeError};
-use crate::lower::{self, Emit, LowerError, LowerOptions, ParamInit, ParamInits, Session};
+use crate::lower::{self, Emit, LowerError, LowerOptions, Session, Signature};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
 use crate::models::{scalar_i32, token_ids, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
 use crate::npy;
 use crate::tokenizer::{Tokenizer, TokenizerError};
-use crate::weights::archive::{self, DerivedParam};
+use crate::weights::archive;
 use crate::weights::gguf::Gguf;
 use crate::weights::WeightsError;
 use serde::{Deserialize, Serialize};
@@ -104,15 +108,41 @@ pub enum ParamsMode {
     Inline,
 }
 
+impl ParamsMode {
+    /// Every mode, in `--params` order.
+    pub const ALL: [ParamsMode; 3] = [ParamsMode::Reference, ParamsMode::Archive, ParamsMode::Inline];
+
+    /// `reference`, `archive` or `inline`: the `--params` value and the
+    /// manifest's.
+    pub fn name(self) -> &'static str {
+        match self {
+            ParamsMode::Reference => "reference",
+            ParamsMode::Archive => "archive",
+            ParamsMode::Inline => "inline",
+        }
+    }
+}
+
+impl std::str::FromStr for ParamsMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<ParamsMode, String> {
+        ParamsMode::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = ParamsMode::ALL.iter().map(|m| m.name()).collect();
+            format!("no params mode \"{s}\"; try one of: {}", names.join(", "))
+        })
+    }
+}
+
 /// How [`export`] stores params and which module form it writes.
 #[derive(Clone, Debug)]
 pub struct ExportOptions {
     /// Where params' values come from at run time.
     pub params: ParamsMode,
-    /// What quantized checkpoint tensors become; its dequantize dtype is
-    /// replaced by [`ExportOptions::dtype`].
+    /// What quantized checkpoint tensors become (a dequantize dtype included).
     pub packed: PackedPolicy,
-    /// Dequantized params' dtype, and in archive mode every dense param's.
+    /// In archive mode, every dense param's dtype (the CLI's `--dtype` sets
+    /// this and the dequantize dtype).
     pub dtype: DType,
     /// Positions of the KV cache: prompt plus generated tokens.
     pub max_context: usize,
@@ -133,14 +163,15 @@ impl Default for ExportOptions {
 }
 
 impl ExportOptions {
-    /// `reference`, `archive (bf16)`, ... for summaries.
+    /// `reference, packed keep`, ... for summaries.
     pub fn params_description(&self) -> String {
-        let mode = match self.params {
-            ParamsMode::Reference => "reference",
-            ParamsMode::Archive => "archive",
-            ParamsMode::Inline => "inline",
-        };
-        format!("{mode}, packed {}", self.packed)
+        format!("{}, packed {}", self.params.name(), self.packed)
+    }
+
+    /// The dtype dense checkpoint tensors are declared as instead of their
+    /// own: archive mode writes every param in one dtype.
+    pub fn cast(&self) -> Option<DType> {
+        (self.params == ParamsMode::Archive).then_some(self.dtype)
     }
 }
 
@@ -272,29 +303,19 @@ pub struct Manifest {
     /// ([`crate::iree::COMPILE_FLAGS`]).
     #[serde(default)]
     pub compile_flags: Vec<String>,
-    /// The module's public functions: `prefill`, `decode` and `generate`.
+    /// The module's public functions, as lowered: `prefill`, `decode` and
+    /// `generate`.
     pub functions: Vec<Signature>,
 }
 
 /// One `--parameters=SCOPE=FILE` binding.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct ParameterFile {
-    /// The scope of `#flow.parameter.named<"SCOPE"::NAME>` ([`SOURCE_SCOPE`]
-    /// or [`ARCHIVE_SCOPE`]).
+    /// The scope of `#flow.parameter.named<"SCOPE"::NAME>`: the lowering's
+    /// ([`lower::DEFAULT_PARAM_SCOPE`]) for the checkpoint, [`ARCHIVE_SCOPE`].
     pub scope: String,
     /// The file: absolute, or relative to the export directory.
     pub file: PathBuf,
-}
-
-/// A function of the module, with its argument and result types.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Signature {
-    /// The function's name.
-    pub name: String,
-    /// Argument types as MLIR prints them (`tensor<1x?xi32>`).
-    pub inputs: Vec<String>,
-    /// Result types, likewise.
-    pub outputs: Vec<String>,
 }
 
 impl Manifest {
@@ -343,8 +364,6 @@ pub struct ExportSummary {
     pub peak_rss: Option<u64>,
 }
 
-/// Scope of params read from the checkpoint.
-pub const SOURCE_SCOPE: &str = "model";
 /// Scope of params in the export's `params.irpa`.
 pub const ARCHIVE_SCOPE: &str = "archive";
 const ARCHIVE_FILE: &str = "params.irpa";
@@ -354,19 +373,14 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     let start = Instant::now();
     let source = Source::open(model)?;
     let family = source.family()?;
-    let cast = (options.params == ParamsMode::Archive).then_some(options.dtype);
-    let packed = match options.packed {
-        PackedPolicy::Dequantize(_) => PackedPolicy::Dequantize(options.dtype),
-        policy => policy,
-    };
-    let weights = source.weights(packed, cast)?;
+    let weights = source.weights(options.packed, options.cast())?;
 
     progress.stage("tracing");
     let serving = Serving::new(&family, &*weights, options.max_context)?;
     let graphs = serving.greedy_loop().graphs();
     let names: BTreeSet<&str> = graphs.iter().flat_map(|g| g.params().map(|(_, name, _)| name)).collect();
-    // What the summary and manifest say about the graphs, taken now: the
-    // graphs are dropped once lowered, before the module is written.
+    // What the summary says about the graphs, taken now: the graphs are
+    // dropped once lowered, before the module is written.
     let ops = graphs.iter().flat_map(|g| g.nodes()).filter(|n| !matches!(n.op, Op::Param { .. } | Op::Input)).count();
     let param_elements = graphs
         .iter()
@@ -375,49 +389,20 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         .collect::<std::collections::BTreeMap<_, _>>()
         .values()
         .sum();
-    let functions: Vec<Signature> =
-        [&serving.prefill, &serving.decode].into_iter().map(signature).chain([generate_signature(&serving)]).collect();
-    let stored: Vec<DerivedParam<'_>> =
-        names.iter().map(|name| weights.stored(name)).collect::<std::result::Result<_, _>>()?;
-
-    // What each param's global starts from, and what is written where.
-    let archived: Vec<DerivedParam<'_>> = match options.params {
-        ParamsMode::Reference => stored.iter().filter(|p| !p.is_copy()).copied().collect(),
-        ParamsMode::Archive => stored.clone(),
-        ParamsMode::Inline => vec![],
-    };
-    let derived_inline: Vec<Vec<u8>> = match options.params {
-        ParamsMode::Inline => {
-            stored.iter().filter(|p| !p.is_copy()).map(archive::derive_to_vec).collect::<std::result::Result<_, _>>()?
-        }
-        _ => vec![],
-    };
-    let mut inits = ParamInits::new();
-    let mut derived = derived_inline.iter();
-    for p in &stored {
-        let init = match options.params {
-            ParamsMode::Inline if p.is_copy() => ParamInit::Inline(p.source),
-            ParamsMode::Inline => ParamInit::Inline(derived.next().expect("one buffer per derived param")),
-            ParamsMode::Archive => named(ARCHIVE_SCOPE, p.name),
-            ParamsMode::Reference if p.is_copy() => named(SOURCE_SCOPE, p.name),
-            ParamsMode::Reference => named(ARCHIVE_SCOPE, p.name),
-        };
-        inits.set(p.name, init);
-    }
+    let stored = names.iter().map(|name| weights.stored(name)).collect::<std::result::Result<_, _>>()?;
+    let plan = Plan::new(options, stored)?;
 
     progress.stage("lowering");
     let session = Session::new();
-    let module = session.lower_serving(&serving.greedy_loop(), &LowerOptions::default(), &inits)?;
+    let lowering = LowerOptions::default();
+    let module = session.lower_serving(&serving.greedy_loop(), &lowering, &plan.inits())?;
     drop(serving);
 
     let mut written = Output::create(dir)?;
-    let mut parameters = Vec::new();
+    let tensor_files = source.tensor_files().into_iter().map(absolute).collect::<Result<_>>()?;
+    let parameters = plan.parameters(&lowering.param_scope, tensor_files);
+    let archived = plan.archived();
     let mut archive_figures = None;
-    if matches!(options.params, ParamsMode::Reference) && archived.len() < stored.len() {
-        for file in source.tensor_files() {
-            parameters.push(ParameterFile { scope: SOURCE_SCOPE.into(), file: absolute(file)? });
-        }
-    }
     if !archived.is_empty() {
         progress.stage("writing params");
         let total = archived.iter().map(archive::derived_len).sum::<std::result::Result<u64, _>>()?;
@@ -430,21 +415,12 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         })?;
         archive_figures = Some((summary.bytes_written, start.elapsed().as_secs_f64()));
         written.add(path)?;
-        parameters.push(ParameterFile { scope: ARCHIVE_SCOPE.into(), file: ARCHIVE_FILE.into() });
     }
 
     progress.stage("writing module");
-    let emit = options.emit.unwrap_or(match options.params {
-        ParamsMode::Inline => Emit::Mlirbc,
-        _ => Emit::default(),
-    });
-    let module_file = match emit {
-        Emit::Mlirbc => "model.mlirbc",
-        Emit::Mlir { .. } => "model.mlir",
-    };
-    let module_path = dir.join(module_file);
+    let module_path = dir.join(plan.module_file());
     // Inline blobs alias the mapped checkpoint: drop its pages as they go out.
-    lower::write_module_to_path_with(&module, emit, &module_path, &mut |chunk| source.release(chunk))?;
+    lower::write_module_to_path_with(&module, plan.emit, &module_path, &mut |chunk| source.release(chunk))?;
     written.add(module_path)?;
 
     let manifest = Manifest {
@@ -452,21 +428,14 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         source: absolute(source.path())?,
         format: source.format().into(),
         architecture: family.name().into(),
-        module: module_file.into(),
-        params: options.params,
-        packed: options.packed.to_string(),
+        module: plan.module_file().into(),
+        params: plan.mode,
+        packed: plan.packed.to_string(),
         max_context: options.max_context,
         parameters,
-        elided_resources: options.params == ParamsMode::Inline
-            && matches!(emit, Emit::Mlir { elide_resources_over: Some(_) }),
-        compile_flags: match options.params {
-            // Inline weights are constants: iree-compile would evaluate the
-            // in-graph dequantization of all of them at compile time (over
-            // 14 min for SmolLM2-135M, against 2 min without).
-            ParamsMode::Inline => vec!["--iree-opt-const-eval=false".into()],
-            _ => vec![],
-        },
-        functions,
+        elided_resources: plan.elided_resources(),
+        compile_flags: plan.compile_flags.clone(),
+        functions: lower::signatures(&module),
     };
     let manifest_path = dir.join(Manifest::FILE);
     let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes") + "\n";
@@ -478,9 +447,9 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     Ok(ExportSummary {
         manifest,
         ops,
-        params: stored.len(),
+        params: plan.params.len(),
         param_elements,
-        params_written: archived.len() + if options.params == ParamsMode::Inline { stored.len() } else { 0 },
+        params_written: plan.written(),
         bytes_written,
         stale_temps,
         archive: archive_figures,
@@ -489,25 +458,8 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     })
 }
 
-fn named(scope: &str, key: &str) -> ParamInit<'static> {
-    ParamInit::Named { scope: scope.into(), key: key.into() }
-}
-
 fn absolute(path: &Path) -> Result<PathBuf> {
     std::path::absolute(path).map_err(|error| ExportError::Io { path: path.to_path_buf(), error })
-}
-
-fn signature(graph: &Graph) -> Signature {
-    let types = |ids: &[crate::graph::ValueId]| ids.iter().map(|&v| graph.node(v).ty.to_string()).collect();
-    Signature { name: graph.name.clone(), inputs: types(graph.inputs()), outputs: types(graph.outputs()) }
-}
-
-fn generate_signature(serving: &Serving) -> Signature {
-    Signature {
-        name: "generate".into(),
-        inputs: vec!["tensor<1x?xi32>".into(), "tensor<i32>".into()],
-        outputs: vec![format!("tensor<1x{}xi32>", serving.max_context)],
-    }
 }
 
 /// The directory an export writes into and what it wrote there. Dropped

@@ -200,7 +200,9 @@ fn smollm2_generates_the_same_tokens(params: ParamsMode, packed: PackedPolicy) {
     let manifest = &summary.manifest;
     let scopes: Vec<&str> = manifest.parameters.iter().map(|p| p.scope.as_str()).collect();
     match (params, packed) {
-        (ParamsMode::Reference, PackedPolicy::Dequantize(_)) => assert_eq!(scopes, [SOURCE_SCOPE, ARCHIVE_SCOPE]),
+        (ParamsMode::Reference, PackedPolicy::Dequantize(_)) => {
+            assert_eq!(scopes, [lower::DEFAULT_PARAM_SCOPE, ARCHIVE_SCOPE])
+        }
         (ParamsMode::Archive, _) => assert_eq!(scopes, [ARCHIVE_SCOPE]),
         (ParamsMode::Inline, _) => assert!(scopes.is_empty()),
         _ => unreachable!("the other combinations are tested elsewhere"),

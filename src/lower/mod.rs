@@ -100,6 +100,10 @@ fn fmt_diagnostics(diagnostics: &[String]) -> String {
     diagnostics.iter().map(|d| format!("\n  mlir: {d}")).collect()
 }
 
+/// The scope params are named in unless told otherwise: `iree-run-module
+/// --parameters=model=CHECKPOINT`.
+pub const DEFAULT_PARAM_SCOPE: &str = "model";
+
 /// How lowering names things outside the graph.
 #[derive(Clone, Debug)]
 pub struct LowerOptions {
@@ -110,7 +114,7 @@ pub struct LowerOptions {
 
 impl Default for LowerOptions {
     fn default() -> Self {
-        LowerOptions { param_scope: "model".into() }
+        LowerOptions { param_scope: DEFAULT_PARAM_SCOPE.into() }
     }
 }
 
@@ -318,6 +322,37 @@ enum FunctionKind {
     Public,
     /// `func.func private @name`, inlined where called.
     Private,
+}
+
+/// A public function of a module, with its argument and result types as
+/// MLIR prints them (`tensor<1x?xi32>`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Signature {
+    /// The function's name.
+    pub name: String,
+    /// Argument types.
+    pub inputs: Vec<String>,
+    /// Result types.
+    pub outputs: Vec<String>,
+}
+
+/// The public functions of `module`, in order, as it was lowered.
+pub fn signatures(module: &Module<'_>) -> Vec<Signature> {
+    let body = module.body();
+    let ops = std::iter::successors(body.first_operation(), |op| op.next_in_block());
+    ops.filter(|op| op.name().as_string_ref().as_str() == Ok("func.func") && !op.has_attribute("sym_visibility"))
+        .map(|op| {
+            let attribute = |name| op.attribute(name).expect("a func.func has a name and a type");
+            let name = StringAttribute::try_from(attribute("sym_name")).expect("sym_name is a string");
+            let ty = TypeAttribute::try_from(attribute("function_type")).expect("function_type is a type").value();
+            let ty = FunctionType::try_from(ty).expect("function_type is a function type");
+            Signature {
+                name: name.value().to_string(),
+                inputs: (0..ty.input_count()).map(|i| ty.input(i).expect("i < input_count").to_string()).collect(),
+                outputs: (0..ty.result_count()).map(|i| ty.result(i).expect("i < result_count").to_string()).collect(),
+            }
+        })
+        .collect()
 }
 
 /// Prints a verified module as MLIR text (generic form for IREE's dialects).

@@ -662,7 +662,7 @@ mod tests {
 
         const Q8_1: u32 = 9;
         let odd = Gguf::parse(gguf_bytes(&[], &[("blk.0.attn_q.weight".into(), vec![32], Q8_1, vec![0; 36])])).unwrap();
-        let e = keep(&odd).param_type(&odd.tensor("blk.0.attn_q.weight").unwrap()).unwrap_err().to_string();
+        let e = keep(&odd).declare(&odd.tensor("blk.0.attn_q.weight").unwrap()).unwrap_err().to_string();
         assert!(e.contains("\"blk.0.attn_q.weight\" has ggml type Q8_1"), "{e}");
     }
 

@@ -246,8 +246,26 @@ fn param_value(checkpoint: &dyn Checkpoint, name: &str, ty: &TensorType) -> std:
     Value::from_le_bytes(ty, &bytes)
 }
 
+/// How a GGUF tensor is declared as a param ([`GgufWeights::declare`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Declared {
+    /// The param's type.
+    pub ty: TensorType,
+    /// The ggml type of the blocks a packed param keeps as `[nbytes]` i8.
+    pub packed: Option<GgmlType>,
+    /// How the stored bytes are read to make the param's.
+    pub encoding: Encoding,
+}
+
+impl Declared {
+    /// A dense param of type `ty`, made from blocks of `stored`.
+    fn dense(ty: TensorType, stored: GgmlType) -> Declared {
+        Declared { ty, packed: None, encoding: Encoding::Ggml(stored) }
+    }
+}
+
 /// A GGUF file read under a [`PackedPolicy`]: how each tensor is declared
-/// as a param ([`GgufWeights::param_type`], [`Checkpoint::load`]), and the
+/// as a param ([`GgufWeights::declare`], [`Checkpoint::load`]), and the
 /// same values for the interpreter ([`ParamSource`]).
 pub struct GgufWeights<'g, D: AsRef<[u8]>> {
     /// The parsed, mapped file.
@@ -275,11 +293,12 @@ impl<'g, D: AsRef<[u8]>> GgufWeights<'g, D> {
         Ok(self)
     }
 
-    /// The param type of `tensor`: f32/f16/bf16 as themselves (or the
+    /// How `tensor` becomes a param: f32/f16/bf16 as themselves (or the
     /// cast); a quantized type as the policy says. The one place that
-    /// decides it, for [`Checkpoint::load`] and the interpreter alike.
-    pub fn param_type(&self, tensor: &GgufTensor<'_>) -> Result<TensorType> {
-        let dense = |dtype| Ok(TensorType::new(tensor.shape(), dtype));
+    /// decides it, for [`Checkpoint::load`], [`Checkpoint::stored`] and the
+    /// interpreter alike.
+    pub fn declare(&self, tensor: &GgufTensor<'_>) -> Result<Declared> {
+        let dense = |dtype| Ok(Declared::dense(TensorType::new(tensor.shape(), dtype), tensor.ggml_type));
         let name = || tensor.name.to_string();
         match (tensor.ggml_type, self.packed) {
             (GgmlType::F32, _) => dense(self.cast.unwrap_or(DType::F32)),
@@ -288,7 +307,12 @@ impl<'g, D: AsRef<[u8]>> GgufWeights<'g, D> {
             (ty, _) if !ty.is_quantized() => Err(ModelError::UnsupportedType { name: name(), ty }),
             (ty, PackedPolicy::Fail) => Err(ModelError::Packed { name: name(), ty }),
             (_, PackedPolicy::Dequantize(dtype)) => dense(dtype),
-            (ty, PackedPolicy::Keep) if dequant::supported(ty) => Ok(TensorType::new([tensor.data.len()], DType::I8)),
+            // The param is the blocks' bytes as stored.
+            (ty, PackedPolicy::Keep) if dequant::supported(ty) => Ok(Declared {
+                ty: TensorType::new([tensor.data.len()], DType::I8),
+                packed: Some(ty),
+                encoding: Encoding::Dense(DType::I8),
+            }),
             (ty, PackedPolicy::Keep) => Err(ModelError::UnsupportedType { name: name(), ty }),
         }
     }
@@ -305,8 +329,7 @@ impl<D: AsRef<[u8]>> Checkpoint for GgufWeights<'_, D> {
         if shape != expected {
             return Err(ModelError::TensorShape { name: name.to_string(), expected: expected.to_vec(), found: shape });
         }
-        let ty = self.param_type(&tensor)?;
-        let packed = (ty.dtype == DType::I8 && tensor.ggml_type.is_quantized()).then_some(tensor.ggml_type);
+        let Declared { ty, packed, .. } = self.declare(&tensor)?;
         let raw = tracer.param(name, ty)?;
         Ok(Weight { name: name.to_string(), raw, packed, shape })
     }
@@ -317,13 +340,8 @@ impl<D: AsRef<[u8]>> Checkpoint for GgufWeights<'_, D> {
 
     fn stored(&self, param: &str) -> Result<DerivedParam<'_>> {
         let tensor = self.tensor(param)?;
-        let target = self.param_type(&tensor)?.dtype;
-        // Kept blocks are the param's i8 bytes as stored.
-        let encoding = match target {
-            DType::I8 if tensor.ggml_type.is_quantized() => Encoding::Dense(DType::I8),
-            _ => Encoding::Ggml(tensor.ggml_type),
-        };
-        Ok(DerivedParam { name: tensor.name, source: tensor.data, encoding, target })
+        let Declared { ty, encoding, .. } = self.declare(&tensor)?;
+        Ok(DerivedParam { name: tensor.name, source: tensor.data, encoding, target: ty.dtype })
     }
 
     fn path(&self) -> &Path {

@@ -1,0 +1,197 @@
+//! What one export makes of its params, decided once from the params mode,
+//! each param's stored type and the packed policy: where each param's value
+//! lives at run time, what goes into the archive and what into the module,
+//! the `--parameters` bindings, the module's form and the compile flags.
+//! Lowering, the archive writer, the module writer and the manifest all
+//! read the [`Plan`]; none decides again.
+
+use super::{ExportOptions, ParameterFile, ParamsMode, Result, ARCHIVE_FILE, ARCHIVE_SCOPE};
+use crate::lower::{Emit, ParamInit, ParamInits};
+use crate::models::PackedPolicy;
+use crate::weights::archive::{self, DerivedParam};
+use std::borrow::Cow;
+use std::path::PathBuf;
+
+/// Where one param's value lives at run time.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Home<'a> {
+    /// The checkpoint itself, read as it is stored: named in the
+    /// lowering's scope, `--parameters=model=CHECKPOINT`.
+    Source,
+    /// The export's `params.irpa`, under [`ARCHIVE_SCOPE`].
+    Archive,
+    /// A `dense_resource` blob in the module: the stored bytes, or the
+    /// bytes derived from them.
+    Inline(Cow<'a, [u8]>),
+}
+
+/// One param: how it is made from the checkpoint, and where it lives.
+#[derive(Clone, Debug)]
+pub struct Param<'a> {
+    /// The stored tensor and the param's dtype.
+    pub stored: DerivedParam<'a>,
+    /// Where its value lives at run time.
+    pub home: Home<'a>,
+}
+
+/// Everything an export decides about its params and its module.
+#[derive(Clone, Debug)]
+pub struct Plan<'a> {
+    /// Where params' values come from, as the manifest records it.
+    pub mode: ParamsMode,
+    /// What quantized tensors became, as the manifest records it.
+    pub packed: PackedPolicy,
+    /// Every param of the module, once, by name.
+    pub params: Vec<Param<'a>>,
+    /// The module's form.
+    pub emit: Emit,
+    /// iree-compile flags the module needs besides the target's.
+    pub compile_flags: Vec<String>,
+}
+
+impl<'a> Plan<'a> {
+    /// The plan for `stored`, each param of the traced graphs as the
+    /// checkpoint makes it ([`crate::models::Checkpoint::stored`]). Inline
+    /// params that must be derived (dequantized, re-typed) are derived here,
+    /// into memory the plan owns.
+    pub fn new(options: &ExportOptions, stored: Vec<DerivedParam<'a>>) -> Result<Plan<'a>> {
+        let params = stored
+            .into_iter()
+            .map(|p| {
+                let home = match options.params {
+                    ParamsMode::Reference if p.is_copy() => Home::Source,
+                    ParamsMode::Reference | ParamsMode::Archive => Home::Archive,
+                    ParamsMode::Inline if p.is_copy() => Home::Inline(Cow::Borrowed(p.source)),
+                    ParamsMode::Inline => Home::Inline(Cow::Owned(archive::derive_to_vec(&p)?)),
+                };
+                Ok(Param { stored: p, home })
+            })
+            .collect::<Result<_>>()?;
+        let inline = options.params == ParamsMode::Inline;
+        Ok(Plan {
+            mode: options.params,
+            packed: options.packed,
+            params,
+            emit: options.emit.unwrap_or(if inline { Emit::Mlirbc } else { Emit::default() }),
+            // Inline weights are constants: iree-compile would evaluate the
+            // in-graph dequantization of all of them at compile time (over
+            // 14 min for SmolLM2-135M, against 2 min without).
+            compile_flags: match inline {
+                true => vec!["--iree-opt-const-eval=false".into()],
+                false => vec![],
+            },
+        })
+    }
+
+    /// The params written into `params.irpa`, in order.
+    pub fn archived(&self) -> Vec<DerivedParam<'a>> {
+        self.params.iter().filter(|p| p.home == Home::Archive).map(|p| p.stored).collect()
+    }
+
+    /// Each global's initial value; params read from the checkpoint have
+    /// none, so they are named in the lowering's scope.
+    pub fn inits(&self) -> ParamInits<'_> {
+        fn init<'p>(p: &'p Param<'_>) -> Option<(&'p str, ParamInit<'p>)> {
+            let init = match &p.home {
+                Home::Source => return None,
+                Home::Archive => ParamInit::Named { scope: ARCHIVE_SCOPE.into(), key: p.stored.name.into() },
+                Home::Inline(bytes) => ParamInit::Inline(bytes),
+            };
+            Some((p.stored.name, init))
+        }
+        self.params.iter().filter_map(init).collect()
+    }
+
+    /// The `--parameters` bindings: `scope` to each of the checkpoint's
+    /// `tensor_files` if a param is read from it, then the archive's.
+    pub fn parameters(&self, scope: &str, tensor_files: Vec<PathBuf>) -> Vec<ParameterFile> {
+        let reads = |home: Home<'_>| self.params.iter().any(|p| p.home == home);
+        let source = tensor_files.into_iter().filter(|_| reads(Home::Source));
+        let source = source.map(|file| ParameterFile { scope: scope.into(), file });
+        let archive =
+            reads(Home::Archive).then(|| ParameterFile { scope: ARCHIVE_SCOPE.into(), file: ARCHIVE_FILE.into() });
+        source.chain(archive).collect()
+    }
+
+    /// How many params the export writes, into the archive or the module.
+    pub fn written(&self) -> usize {
+        self.params.iter().filter(|p| p.home != Home::Source).count()
+    }
+
+    /// The module's file name in the export directory.
+    pub fn module_file(&self) -> &'static str {
+        match self.emit {
+            Emit::Mlirbc => "model.mlirbc",
+            Emit::Mlir { .. } => "model.mlir",
+        }
+    }
+
+    /// Whether the module's text leaves inline weights out: for reading,
+    /// not compiling.
+    pub fn elided_resources(&self) -> bool {
+        self.mode == ParamsMode::Inline && matches!(self.emit, Emit::Mlir { elide_resources_over: Some(_) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::DType;
+    use crate::weights::archive::Encoding;
+    use crate::weights::ggml::GgmlType;
+
+    /// A norm stored as the param is, and Q8_0 blocks dequantized to f32.
+    fn stored(blocks: &[u8]) -> Vec<DerivedParam<'_>> {
+        const NORM: [u8; 8] = [0, 0, 128, 63, 0, 0, 0, 64];
+        vec![
+            DerivedParam { name: "norm", source: &NORM, encoding: Encoding::Dense(DType::F32), target: DType::F32 },
+            DerivedParam { name: "w", source: blocks, encoding: Encoding::Ggml(GgmlType::Q8_0), target: DType::F32 },
+        ]
+    }
+
+    fn plan(params: ParamsMode, emit: Option<Emit>, blocks: &[u8]) -> Plan<'_> {
+        let options = ExportOptions { params, emit, ..ExportOptions::default() };
+        Plan::new(&options, stored(blocks)).unwrap()
+    }
+
+    #[test]
+    fn each_mode_places_copies_and_derived_params() {
+        let blocks = [[0u8, 60].as_slice(), &[1; 32]].concat();
+        let homes = |p: &Plan<'_>| {
+            let home = |p: &Param<'_>| match p.home {
+                Home::Source => "source",
+                Home::Archive => "archive",
+                Home::Inline(_) => "inline",
+            };
+            p.params.iter().map(home).collect::<Vec<_>>()
+        };
+        let files = || vec![PathBuf::from("/m.gguf")];
+
+        let reference = plan(ParamsMode::Reference, None, &blocks);
+        assert_eq!(homes(&reference), ["source", "archive"]);
+        assert_eq!(reference.archived().iter().map(|p| p.name).collect::<Vec<_>>(), ["w"]);
+        let scopes = |p: &Plan<'_>| p.parameters("model", files()).into_iter().map(|b| b.scope).collect::<Vec<_>>();
+        assert_eq!(scopes(&reference), ["model", ARCHIVE_SCOPE]);
+        assert_eq!((reference.written(), reference.inits().len()), (1, 1));
+        assert_eq!((reference.module_file(), reference.compile_flags.len()), ("model.mlir", 0));
+
+        let archive = plan(ParamsMode::Archive, None, &blocks);
+        assert_eq!(homes(&archive), ["archive", "archive"]);
+        assert_eq!((scopes(&archive), archive.written()), (vec![ARCHIVE_SCOPE.to_string()], 2));
+
+        let inline = plan(ParamsMode::Inline, None, &blocks);
+        let Home::Inline(Cow::Owned(w)) = &inline.params[1].home else { panic!("w is derived into the plan") };
+        assert_eq!(w.len(), 4 * 32, "32 f32 values");
+        assert!(matches!(inline.params[0].home, Home::Inline(Cow::Borrowed(_))), "norm aliases the checkpoint");
+        assert!(inline.parameters("model", files()).is_empty());
+        assert_eq!(
+            (inline.module_file(), inline.compile_flags.as_slice()),
+            ("model.mlirbc", &["--iree-opt-const-eval=false".to_string()][..])
+        );
+        assert!(!inline.elided_resources());
+        let elided = plan(ParamsMode::Inline, Some(Emit::Mlir { elide_resources_over: Some(1) }), &blocks);
+        assert!(elided.elided_resources() && elided.module_file() == "model.mlir");
+        let text = plan(ParamsMode::Reference, Some(Emit::Mlir { elide_resources_over: Some(1) }), &blocks);
+        assert!(!text.elided_resources(), "nothing is inline to elide");
+    }
+}
