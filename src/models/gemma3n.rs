@@ -475,14 +475,14 @@ fn rescaled<'t>(y: &Tensor<'t>, target: &Tensor<'t>) -> Result<Tensor<'t>> {
 /// coefficients that predict the streams before the layer and correct them
 /// after it.
 struct AltUp<'t> {
-    /// `[D]`, then `[4, D]`: `route(x)`.
     altup_router_norm: Tensor<'t>,
     altup_router: Weight<'t>,
-    /// `[16, 4]`: `C` of the prediction, from `route(h_0)`.
+    /// `W_pred [16, 4]`.
     altup_predict_coef: Weight<'t>,
-    /// `[4, 4]`: the correction's weights, from `route(o)`.
+    /// `W_corr [4, 4]`.
     altup_correct_coef: Weight<'t>,
-    /// `[D]`: `s`, the corrected first stream's scale before the per-layer input's gate.
+    /// `s [D]`, which scales the corrected first stream before the
+    /// per-layer input's gate.
     altup_correct_scale: Tensor<'t>,
     eps: f64,
 }
