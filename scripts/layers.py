@@ -7,8 +7,11 @@ Each top-level module of src/ (a folder or a file: `weights`, `iree`, ...)
 stands on one floor of FLOORS, in pipeline order; the binary (main.rs) is
 the top floor. A module may import (`crate::m::...`, `kiln::m::...` in
 main.rs) only modules on lower floors: an import from its own floor or a
-higher one is an error, and so is a module missing from FLOORS. Paths
-within a module (`super::`, `self::`) are its own business.
+higher one is an error, and so is a module missing from FLOORS. With
+every import going down a floor, the graph has no cycle. Paths within a
+module (`super::`, `self::`) are its own business; lib.rs's own items
+(`crate::peak_rss`) are the floor-0 module `lib`, its re-exports the
+modules they come from.
 
 Test code (`#[cfg(test)]` items and the files they declare) may reach up:
 a test of a layer may check it through the layers above it (IREE, the
@@ -22,8 +25,8 @@ from pathlib import Path
 
 # Lowest first. A floor's modules import only from the floors below it.
 FLOORS = [
-    ["atomic"],  # crash-safe file writes: every writer uses them
-    ["weights", "iree"],  # data: checkpoints, parameter archives, values; the IREE tools
+    ["atomic", "lib"],  # crash-safe file writes, which every writer uses; lib.rs's own items
+    ["weights", "iree"],  # data: checkpoints, parameter archives, element and tensor types; the IREE tools
     ["graph", "tokenizer"],  # the IR; text to token ids
     ["trace", "interp"],  # building graphs; running them on the CPU
     ["lower", "npy"],  # graphs to StableHLO, weights to util.globals; values as .npy files
@@ -114,14 +117,14 @@ def module_of(path):
 
 def root_items():
     """Crate-root names and the module each stands for: `pub use m::{a, b}`
-    re-exports, and items lib.rs defines itself (the floor of `atomic`)."""
+    re-exports, and `lib` for the items lib.rs defines itself."""
     lib = strip((SRC / "lib.rs").read_text())
     items = {}
     for m in re.finditer(r"pub use (\w+)::\{?([\w\s,]+)\}?;", lib):
         for name in m.group(2).replace(",", " ").split():
             items[name] = m.group(1)
     for m in re.finditer(r"pub fn (\w+)", lib):
-        items[m.group(1)] = FLOORS[0][0]
+        items[m.group(1)] = "lib"
     return items
 
 
@@ -150,7 +153,10 @@ def main():
                     edges[kind][(src, dst)].add(p.relative_to(SRC.parent).as_posix())
 
     errors = []
-    modules = {module_of(p) for p in files}
+    modules = {module_of(p) for p in files} | {"lib"}
+    for (a, b), where in sorted({**edges["lib"], **edges["test"]}.items()):
+        if b not in modules:
+            errors.append(f"{a} names crate::{b}, which is no module of src/ in {', '.join(sorted(where))}")
     for m in sorted(modules - floor.keys()):
         errors.append(f"module {m} is on no floor: add it to FLOORS in {Path(__file__).name}")
     for (a, b), where in sorted(edges["lib"].items()):

@@ -16,10 +16,14 @@
 //!   dense ones as `--dtype`.
 //! - `inline`: every param is a `dense_resource` blob in the module, which
 //!   aliases the mapped checkpoint until it is written (bytecode by default).
+//!
+//! What becomes of each param, what is written where, the bindings, the
+//! module's form and its compile flags are decided once per export, by
+//! `plan.rs`; the manifest's signatures are those of the lowered module.
 
 mod plan;
 
-pub use plan::{Home, Param, Plan};
+use plan::Plan;
 
 use crate::graph::{DType, Op};
 use crate::iree::{Iree, IreeError};

@@ -88,6 +88,28 @@ pub const HF_NO_EFFECT: &[&str] = &[
 pub const HF_FIXED: &[(&str, &str)] =
     &[("is_encoder_decoder", "false"), ("is_decoder", "false"), ("add_cross_attention", "false")];
 
+/// The sizes every decoder family has, under llama.cpp's GGUF key names
+/// (`config.json` spells them `num_hidden_layers`, `hidden_size`, ...):
+/// what the shared blocks (`blocks.rs`) and the synthetic checkpoints
+/// ([`super::synth`]) are shaped by.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dims {
+    /// `{arch}.block_count`
+    pub block_count: usize,
+    /// `{arch}.embedding_length`
+    pub embedding_length: usize,
+    /// `{arch}.attention.head_count`
+    pub head_count: usize,
+    /// `{arch}.attention.head_count_kv` (defaults to `head_count`)
+    pub head_count_kv: usize,
+    /// `{arch}.attention.key_length` (defaults to `embedding_length / head_count`)
+    pub head_dim: usize,
+    /// `{arch}.vocab_size`, else the rows of `token_embd.weight`
+    pub vocab_size: usize,
+    /// `{arch}.attention.layer_norm_rms_epsilon`
+    pub rms_norm_eps: f64,
+}
+
 /// How a value is shown in messages: JSON, strings quoted.
 fn show(value: &Value) -> String {
     value.to_string()
@@ -650,13 +672,8 @@ pub fn full_rotary<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>, head_dim: usize) -> R
 /// divide the query heads, and an even head for the rotary pairs.
 /// `head_dim_key` is the family's GGUF key for the head width; `error(key,
 /// value, message)` names a GGUF key in the source's own spelling.
-pub fn check_heads(
-    head_count: usize,
-    head_count_kv: usize,
-    head_dim: usize,
-    head_dim_key: &str,
-    error: &impl Fn(&str, usize, String) -> ModelError,
-) -> Result<()> {
+pub fn check_heads(dims: &Dims, head_dim_key: &str, error: &impl Fn(&str, usize, String) -> ModelError) -> Result<()> {
+    let Dims { head_count, head_count_kv, head_dim, .. } = *dims;
     if head_count_kv == 0 || !head_count.is_multiple_of(head_count_kv) {
         return Err(error(
             "attention.head_count_kv",

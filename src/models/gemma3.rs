@@ -25,12 +25,10 @@
 //! ([`Config::norm_adds_one`]); `config.json` says the rest
 //! (`query_pre_attn_scalar`, `layer_types`, each layer type's rope).
 
-use super::config::{self, GgufKeys};
-use super::{load_head, merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
-use crate::graph::{DType, Graph, TensorType};
-use crate::trace::nn::{
-    attention, causal_mask, sliding_window_mask, QueryOffset, Rope, RopeScaling, RopeStyle, Rotation,
-};
+use super::blocks::{Activation, Attention, AttentionConfig, BlockConfig, Positional, Stack};
+use super::config::{self, Dims, GgufKeys, RopeConfig};
+use super::{Checkpoint, Decoder, KvCache, ModelError, Result, Span};
+use crate::trace::nn::RopeScaling;
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
 use crate::weights::hf_config::HfConfig;
@@ -49,40 +47,24 @@ pub const LOCAL_ROPE_FREQ_BASE: f64 = 10000.0;
 /// from HF's `config.json` ([`Config::from_hf`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    /// `gemma3.block_count`
-    pub block_count: usize,
-    /// `gemma3.embedding_length`
-    pub embedding_length: usize,
+    /// The sizes; the head is 256 wide in every Gemma 3, whatever the width.
+    pub dims: Dims,
     /// `gemma3.feed_forward_length`
     pub feed_forward_length: usize,
-    /// `gemma3.attention.head_count`
-    pub head_count: usize,
-    /// `gemma3.attention.head_count_kv` (defaults to `head_count`)
-    pub head_count_kv: usize,
-    /// `gemma3.attention.key_length` (defaults to `embedding_length / head_count`;
-    /// 256 in every Gemma 3, whatever the width)
-    pub head_dim: usize,
     /// `gemma3.attention.value_length` (defaults to `head_dim`)
     pub value_length: usize,
-    /// `gemma3.rope.freq_base`, for the global layers (defaults to 10000)
-    pub rope_freq_base: f64,
-    /// `gemma3.rope.scaling.factor` (or the older `gemma3.rope.scale_linear`),
-    /// linear, for the global layers only
-    pub rope_scaling: RopeScaling,
-    /// The local layers' rope base: [`LOCAL_ROPE_FREQ_BASE`] in GGUF, HF
-    /// `rope_local_base_freq` or `rope_parameters.sliding_attention`.
-    pub local_rope_freq_base: f64,
-    /// The local layers' rope scaling (none in GGUF).
-    pub local_rope_scaling: RopeScaling,
+    /// The global layers' rope: `gemma3.rope.freq_base` (defaults to
+    /// 10000) and `gemma3.rope.scaling.factor` (or the older
+    /// `gemma3.rope.scale_linear`), linear.
+    pub rope: RopeConfig,
+    /// The local layers' rope: [`LOCAL_ROPE_FREQ_BASE`] without scaling in
+    /// GGUF, HF `rope_local_base_freq` or `rope_parameters.sliding_attention`.
+    pub local_rope: RopeConfig,
     /// `gemma3.attention.sliding_window`; absent when every layer is global
     pub sliding_window: Option<usize>,
     /// Per layer, whether it attends within the window: every layer but
     /// each [`SLIDING_WINDOW_PATTERN`]-th, or as `layer_types` says.
     pub sliding: Vec<bool>,
-    /// `gemma3.attention.layer_norm_rms_epsilon`
-    pub rms_norm_eps: f64,
-    /// `gemma3.vocab_size`, else the rows of `token_embd.weight`
-    pub vocab_size: usize,
     /// Query scale, HF's `query_pre_attn_scalar^-0.5`: GGUF has no key for
     /// it, so llama.cpp's rule: `head_dim^-0.5`, except 27B (62 layers)
     /// where it is `(embedding_length / head_count)^-0.5`.
@@ -129,21 +111,21 @@ impl Config {
             return Err(keys.error("attn_logit_softcapping", cap, ATTN_SOFTCAP_REFUSED));
         }
         let config = Config {
-            block_count,
-            embedding_length,
+            dims: Dims {
+                block_count,
+                embedding_length,
+                head_count,
+                head_count_kv: keys.int_or("attention.head_count_kv", head_count)?,
+                head_dim,
+                vocab_size,
+                rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
+            },
             feed_forward_length: keys.count("feed_forward_length")?,
-            head_count,
-            head_count_kv: keys.int_or("attention.head_count_kv", head_count)?,
-            head_dim,
             value_length: keys.int_or("attention.value_length", head_dim)?,
-            rope_freq_base: keys.positive_f64("rope.freq_base", Some(10000.0))?,
-            rope_scaling,
-            local_rope_freq_base: LOCAL_ROPE_FREQ_BASE,
-            local_rope_scaling: RopeScaling::None,
+            rope: RopeConfig { theta: keys.positive_f64("rope.freq_base", Some(10000.0))?, scaling: rope_scaling },
+            local_rope: RopeConfig { theta: LOCAL_ROPE_FREQ_BASE, scaling: RopeScaling::None },
             sliding_window,
             sliding,
-            rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
-            vocab_size,
             attention_scale: match block_count {
                 62 => 1.0 / ((embedding_length / head_count) as f64).sqrt(),
                 _ => 1.0 / (head_dim as f64).sqrt(),
@@ -218,21 +200,21 @@ impl Config {
         }
         let (global, local) = config::layer_type_ropes(&keys, 1_000_000.0, LOCAL_ROPE_FREQ_BASE)?;
         let config = Config {
-            block_count,
-            embedding_length: hidden,
+            dims: Dims {
+                block_count,
+                embedding_length: hidden,
+                head_count: heads,
+                head_count_kv: kv_heads,
+                head_dim,
+                vocab_size: keys.count_or("vocab_size", 262_208)?,
+                rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
+            },
             feed_forward_length: keys.count_or("intermediate_size", 9216)?,
-            head_count: heads,
-            head_count_kv: kv_heads,
-            head_dim,
             value_length: head_dim,
-            rope_freq_base: global.theta,
-            rope_scaling: global.scaling,
-            local_rope_freq_base: local.theta,
-            local_rope_scaling: local.scaling,
+            rope: global,
+            local_rope: local,
             sliding_window,
             sliding,
-            rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
-            vocab_size: keys.count_or("vocab_size", 262_208)?,
             attention_scale: 1.0 / keys.positive_f64("query_pre_attn_scalar", Some(256.0))?.sqrt(),
             final_logit_softcapping,
             norm_adds_one: true,
@@ -268,230 +250,68 @@ impl Config {
     /// What both sources must satisfy: kv heads dividing the heads, even
     /// heads, one `sliding` entry per block.
     fn check(self, error: impl Fn(&str, usize, String) -> ModelError) -> Result<Config> {
-        config::check_heads(self.head_count, self.head_count_kv, self.head_dim, "attention.key_length", &error)?;
-        assert_eq!(self.sliding.len(), self.block_count, "both readers give one entry per block");
+        config::check_heads(&self.dims, "attention.key_length", &error)?;
+        assert_eq!(self.sliding.len(), self.dims.block_count, "both readers give one entry per block");
         Ok(self)
     }
-}
-
-/// A norm weight as the forward pass multiplies by it: `1 + w` when the
-/// checkpoint stores `w` (HF), as stored when it holds `1 + w` (GGUF).
-fn norm_weight<'t>(c: &Config, w: Tensor<'t>) -> Result<Tensor<'t>> {
-    if !c.norm_adds_one {
-        return Ok(w);
-    }
-    let one = w.tracer().constant(1.0, w.ty.clone())?;
-    Ok(w.add(&one)?)
 }
 
 /// Why kiln refuses an attention soft-cap for Gemma 3.
 const ATTN_SOFTCAP_REFUSED: &str = "transformers 5.24 and llama.cpp do not apply it to Gemma 3 (Gemma 2 did), \
     so kiln cannot tell what is meant; set it to null";
 
-/// Grouped-query self-attention with RMS-normed queries and keys:
-/// `attn(x) = W_o · softmax(rope(norm(W_q x)) · rope(norm(W_k x))ᵀ · scale + mask) · W_v x`,
-/// each query and key head normed over its `head_dim` features.
-struct Attention<'t> {
-    attn_q: Weight<'t>,
-    attn_k: Weight<'t>,
-    attn_v: Weight<'t>,
-    attn_q_norm: Tensor<'t>,
-    attn_k_norm: Tensor<'t>,
-    attn_output: Weight<'t>,
-    head_count: usize,
-    head_count_kv: usize,
-    head_dim: usize,
-    value_length: usize,
-    scale: f64,
-    eps: f64,
-}
-
-impl<'t> Attention<'t> {
-    fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
-        let hidden = c.embedding_length;
-        let (q_dim, k_dim, v_dim) =
-            (c.head_count * c.head_dim, c.head_count_kv * c.head_dim, c.head_count_kv * c.value_length);
-        let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
-        let m = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape);
-        Ok(Attention {
-            attn_q: m("attn_q", &[q_dim, hidden])?,
-            attn_k: m("attn_k", &[k_dim, hidden])?,
-            attn_v: m("attn_v", &[v_dim, hidden])?,
-            attn_q_norm: norm_weight(c, w("attn_q_norm", &[c.head_dim])?)?,
-            attn_k_norm: norm_weight(c, w("attn_k_norm", &[c.head_dim])?)?,
-            attn_output: m("attn_output", &[hidden, c.head_count * c.value_length])?,
-            head_count: c.head_count,
-            head_count_kv: c.head_count_kv,
-            head_dim: c.head_dim,
-            value_length: c.value_length,
-            scale: c.attention_scale,
-            eps: c.rms_norm_eps,
-        })
-    }
-
-    /// `x [seq, hidden]` -> `[seq, hidden]`; with a cache, as in llama.
-    fn forward(
-        &self,
-        x: &Tensor<'t>,
-        rotation: &Rotation<'t>,
-        mask: &Tensor<'t>,
-        cache: Option<(&mut KvCache<'t>, usize)>,
-    ) -> Result<Tensor<'t>> {
-        let q = split_heads(&self.attn_q.linear(x)?, self.head_count, self.head_dim)?;
-        let q = rotation.apply(&q.rms_norm(Some(&self.attn_q_norm), self.eps)?)?;
-        let k = split_heads(&self.attn_k.linear(x)?, self.head_count_kv, self.head_dim)?;
-        let k = rotation.apply(&k.rms_norm(Some(&self.attn_k_norm), self.eps)?)?;
-        let v = split_heads(&self.attn_v.linear(x)?, self.head_count_kv, self.value_length)?;
-        let (k, v) = match cache {
-            Some((cache, layer)) => cache.write(layer, &k, &v)?,
-            None => (k, v),
-        };
-        let a = attention(&q, &k, &v, Some(mask), self.scale, None)?;
-        self.attn_output.linear(&merge_heads(&a)?)
-    }
-}
-
-/// GeGLU feed-forward: `ffn(h) = W_down · (gelu_tanh(W_gate · h) * W_up · h)`.
-struct FeedForward<'t> {
-    ffn_gate: Weight<'t>,
-    ffn_up: Weight<'t>,
-    ffn_down: Weight<'t>,
-}
-
-impl<'t> FeedForward<'t> {
-    fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
-        let (hidden, ff) = (c.embedding_length, c.feed_forward_length);
-        let m = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape);
-        Ok(FeedForward {
-            ffn_gate: m("ffn_gate", &[ff, hidden])?,
-            ffn_up: m("ffn_up", &[ff, hidden])?,
-            ffn_down: m("ffn_down", &[hidden, ff])?,
-        })
-    }
-
-    fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let gate = self.ffn_gate.linear(h)?.gelu_tanh()?;
-        let up = self.ffn_up.linear(h)?;
-        self.ffn_down.linear(&gate.multiply(&up)?)
-    }
-}
-
-/// One decoder block, each sub-layer normed on the way in and on the way out:
-/// ```text
-/// x = x + rms_norm(attn(rms_norm(x)))
-/// x = x + rms_norm(ffn(rms_norm(x)))
-/// ```
-struct Block<'t> {
-    attn_norm: Tensor<'t>,
-    attn: Attention<'t>,
-    post_attention_norm: Tensor<'t>,
-    ffn_norm: Tensor<'t>,
-    ffn: FeedForward<'t>,
-    post_ffw_norm: Tensor<'t>,
-    eps: f64,
-}
-
-impl<'t> Block<'t> {
-    fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
-        let norm = |name: &str| {
-            norm_weight(c, weights.load(t, &format!("blk.{i}.{name}.weight"), &[c.embedding_length])?.f32()?)
-        };
-        Ok(Block {
-            attn_norm: norm("attn_norm")?,
-            attn: Attention::load(t, weights, i, c)?,
-            post_attention_norm: norm("post_attention_norm")?,
-            ffn_norm: norm("ffn_norm")?,
-            ffn: FeedForward::load(t, weights, i, c)?,
-            post_ffw_norm: norm("post_ffw_norm")?,
-            eps: c.rms_norm_eps,
-        })
-    }
-
-    fn forward(
-        &self,
-        x: &Tensor<'t>,
-        rotation: &Rotation<'t>,
-        mask: &Tensor<'t>,
-        cache: Option<(&mut KvCache<'t>, usize)>,
-    ) -> Result<Tensor<'t>> {
-        let norm = |y: &Tensor<'t>, w: &Tensor<'t>| y.rms_norm(Some(w), self.eps);
-        let attn = self.attn.forward(&norm(x, &self.attn_norm)?, rotation, mask, cache)?;
-        let x = x.add(&norm(&attn, &self.post_attention_norm)?)?;
-        let ffn = self.ffn.forward(&norm(&x, &self.ffn_norm)?)?;
-        Ok(x.add(&norm(&ffn, &self.post_ffw_norm)?)?)
+impl Config {
+    /// Every block: sandwich norms, GeGLU, attention with per-head q and k
+    /// norms, the value heads `value_length` wide, the queries scaled by
+    /// `attention_scale`.
+    fn block(&self) -> BlockConfig {
+        let (value_length, scale) = (self.value_length, self.attention_scale);
+        let attention = AttentionConfig { value_length, scale, qk_norm: true, ..AttentionConfig::of(&self.dims) };
+        let feed_forward_length = self.feed_forward_length;
+        BlockConfig { attention, feed_forward_length, activation: Activation::GeluTanh, post_norms: true }
     }
 }
 
 /// The whole model: scaled embedding, blocks, final norm and the output
 /// head (`output.weight`, or `token_embd.weight` when tied: then one param).
 pub struct Gemma3<'t> {
-    tracer: &'t Tracer,
     /// The hyper-parameters the model was loaded with.
     pub config: Config,
-    token_embd: Weight<'t>,
-    blocks: Vec<Block<'t>>,
-    output_norm: Tensor<'t>,
-    output: Weight<'t>,
+    stack: Stack<'t>,
 }
 
 impl<'t> Gemma3<'t> {
     /// Declares every weight in `t`, checking each shape against `c`.
     pub fn load(t: &'t Tracer, c: &Config, weights: &dyn Checkpoint) -> Result<Self> {
-        let c = c.clone();
-        let (vocab, hidden) = (c.vocab_size, c.embedding_length);
-        let token_embd = weights.load(t, "token_embd.weight", &[vocab, hidden])?;
-        let blocks = (0..c.block_count).map(|i| Block::load(t, weights, i, &c)).collect::<Result<Vec<_>>>()?;
-        let (output_norm, output) = load_head(t, weights, &token_embd)?;
-        let output_norm = norm_weight(&c, output_norm)?;
-        Ok(Gemma3 { tracer: t, config: c, token_embd, blocks, output_norm, output })
+        let stack = Stack::load(t, weights, &c.dims, &c.block(), Attention::forward, c.norm_adds_one)?;
+        Ok(Gemma3 { config: c.clone(), stack })
+    }
+}
+
+impl<'t> Decoder<'t> for Gemma3<'t> {
+    fn dims(&self) -> &Dims {
+        &self.config.dims
     }
 
-    /// `tokens [seq]` i32 at `positions [seq]` i32 -> logits `[seq, vocab]` f32,
-    /// attending causally within the sequence, and within the window on
-    /// local layers.
-    pub fn forward(&self, tokens: &Tensor<'t>, positions: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let seq = tokens.ty.shape[0];
-        self.run_blocks(tokens, positions, seq, 0.into(), None)
+    fn value_length(&self) -> usize {
+        self.config.value_length
     }
 
-    /// The blocks over queries at `positions` (the first at `q_offset`)
-    /// and `kv_len` keys.
-    fn run_blocks<'a>(
-        &self,
-        tokens: &Tensor<'t>,
-        positions: &Tensor<'t>,
-        kv_len: usize,
-        q_offset: QueryOffset<'a, 't>,
-        mut cache: Option<&mut KvCache<'t>>,
-    ) -> Result<Tensor<'t>>
-    where
-        't: 'a,
-    {
-        let (c, t) = (&self.config, self.tracer);
-        let seq = tokens.ty.shape[0];
-        let global = Rope::new(c.head_dim, c.rope_freq_base, RopeStyle::NeoX).with_scaling(c.rope_scaling);
-        let global = (global.at(positions)?, causal_mask(t, seq, kv_len, q_offset)?);
-        let local = match c.sliding_window {
-            Some(window) => Some((
-                Rope::new(c.head_dim, c.local_rope_freq_base, RopeStyle::NeoX)
-                    .with_scaling(c.local_rope_scaling)
-                    .at(positions)?,
-                sliding_window_mask(t, seq, kv_len, q_offset, window)?,
-            )),
-            None => None,
-        };
+    /// Masked causally, and within the window on local layers.
+    fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
+        let (c, t) = (&self.config, tokens.tracer());
+        let global = Positional::neox(c.rope, c.dims.head_dim, &at, None)?;
+        let local =
+            c.sliding_window.map(|w| Positional::neox(c.local_rope, c.dims.head_dim, &at, Some(w))).transpose()?;
         // The embedding is scaled in f32, as llama.cpp does (HF rounds √hidden
         // to the weights' dtype first).
-        let x = self.token_embd.rows(tokens)?;
-        let mut x = x.multiply(&t.constant((c.embedding_length as f64).sqrt(), x.ty.clone())?)?;
-        for (i, block) in self.blocks.iter().enumerate() {
-            let (rotation, mask) = match &local {
-                Some(local) if c.is_sliding(i) => local,
-                _ => &global,
-            };
-            x = block.forward(&x, rotation, mask, cache.as_deref_mut().map(|c| (c, i)))?;
-        }
-        let logits = self.output.linear(&x.rms_norm(Some(&self.output_norm), c.rms_norm_eps)?)?;
+        let x = self.stack.embed(tokens)?;
+        let x = x.multiply(&t.constant((c.dims.embedding_length as f64).sqrt(), x.ty.clone())?)?;
+        let at = |i| match &local {
+            Some(local) if c.is_sliding(i) => local,
+            _ => &global,
+        };
+        let logits = self.stack.logits(x, at, cache)?;
         Ok(match c.final_logit_softcapping {
             Some(cap) => logits.soft_cap(cap)?,
             None => logits,
@@ -499,43 +319,14 @@ impl<'t> Gemma3<'t> {
     }
 }
 
-impl<'t> Decoder<'t> for Gemma3<'t> {
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
-    }
-
-    fn cache_types(&self, max_context: usize) -> (TensorType, TensorType) {
-        let c = &self.config;
-        let ty = |dim: usize| TensorType::new([c.block_count, c.head_count_kv, max_context, dim], DType::F32);
-        (ty(c.head_dim), ty(c.value_length))
-    }
-
-    fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
-        let seq = tokens.ty.shape[0];
-        let positions = cache.positions(seq)?;
-        let (context, start) = (cache.context(), cache.start.clone());
-        self.run_blocks(tokens, &positions, context, (&start).into(), Some(cache))
-    }
-}
-
-/// Prefill without a KV cache: `main(tokens: tensor<seq_len x i32>) ->
-/// logits: tensor<seq_len x vocab x f32>`, positions `0..seq_len`.
-pub fn prefill(config: &Config, weights: &dyn Checkpoint, seq_len: usize) -> Result<Graph> {
-    let t = Tracer::new("main");
-    let model = Gemma3::load(&t, config, weights)?;
-    let tokens = t.input("tokens", TensorType::new([seq_len], DType::I32))?;
-    let positions = t.iota(0, TensorType::new([seq_len], DType::I32))?;
-    let logits = model.forward(&tokens, &positions)?;
-    Ok(t.finish(&[&logits])?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::{DType, Graph, TensorType};
     use crate::interp::{self, Value};
     use crate::lower::{lower_to_string, LowerOptions};
-    use crate::models::testing::{gemma3_path, gguf_bytes, Fill, Meta};
-    use crate::models::{GgufWeights, PackedPolicy};
+    use crate::models::testing::{block_matrices, gemma3_path, gguf_bytes, Fill, Meta};
+    use crate::models::{Family, GgufWeights, PackedPolicy};
     use crate::tokenizer::Tokenizer;
     use std::process::Command;
     use std::time::Instant;
@@ -544,9 +335,9 @@ mod tests {
         GgufWeights::new(gguf, PackedPolicy::Keep).unwrap()
     }
 
-    /// [`super::prefill`] configured from the GGUF's metadata, packed weights kept.
+    /// [`crate::models::prefill`] configured from the GGUF's metadata, packed weights kept.
     fn prefill<D: AsRef<[u8]>>(gguf: &Gguf<D>, seq_len: usize) -> Result<Graph> {
-        super::prefill(&Config::from_gguf(gguf)?, &keep(gguf), seq_len)
+        crate::models::prefill(&Family::Gemma3(Config::from_gguf(gguf)?), &keep(gguf), seq_len)
     }
 
     fn gemma3() -> Gguf {
@@ -556,7 +347,7 @@ mod tests {
 
     fn tokens(ids: &[i32]) -> Value {
         let bytes: Vec<u8> = ids.iter().flat_map(|id| id.to_le_bytes()).collect();
-        Value::from_le_bytes(&TensorType::new([ids.len()], DType::I32), &bytes).unwrap()
+        Value::from_le_bytes(&TensorType::new([1, ids.len()], DType::I32), &bytes).unwrap()
     }
 
     fn argmax(row: &[f64]) -> usize {
@@ -566,26 +357,12 @@ mod tests {
     #[test]
     fn gemma3_config_from_metadata() {
         let c = Config::from_gguf(&gemma3()).unwrap();
-        assert_eq!((c.block_count, c.embedding_length, c.feed_forward_length), (18, 640, 2048));
-        assert_eq!((c.head_count, c.head_count_kv, c.head_dim, c.value_length), (4, 1, 256, 256));
-        assert_eq!((c.rope_freq_base, c.rope_scaling, c.sliding_window), (1e6, RopeScaling::None, Some(512)));
-        assert_eq!((c.vocab_size, c.attention_scale, c.final_logit_softcapping), (262144, 1.0 / 16.0, None));
-        let global: Vec<usize> = (0..c.block_count).filter(|&i| !c.is_sliding(i)).collect();
+        assert_eq!((c.dims.block_count, c.dims.embedding_length, c.feed_forward_length), (18, 640, 2048));
+        assert_eq!((c.dims.head_count, c.dims.head_count_kv, c.dims.head_dim, c.value_length), (4, 1, 256, 256));
+        assert_eq!((c.rope, c.sliding_window), (RopeConfig { theta: 1e6, scaling: RopeScaling::None }, Some(512)));
+        assert_eq!((c.dims.vocab_size, c.attention_scale, c.final_logit_softcapping), (262144, 1.0 / 16.0, None));
+        let global: Vec<usize> = (0..c.dims.block_count).filter(|&i| !c.is_sliding(i)).collect();
         assert_eq!(global, [5, 11, 17]);
-    }
-
-    #[test]
-    fn gemma3_traces_one_param_per_tensor() {
-        let gguf = gemma3();
-        let start = Instant::now();
-        let graph = prefill(&gguf, 6).unwrap();
-        eprintln!("trace: {:.2?}, {} nodes", start.elapsed(), graph.nodes().len());
-        let params: Vec<&str> = graph.params().map(|(_, name, _)| name).collect();
-        assert_eq!(params.len(), 236);
-        assert_eq!(params.len(), gguf.tensors().len());
-        assert!(!params.contains(&"output.weight"), "the tied head is token_embd.weight");
-        assert_eq!(graph.inputs().len(), 1);
-        assert_eq!(graph.node(graph.outputs()[0]).ty.to_string(), "tensor<6x262144xf32>");
     }
 
     #[test]
@@ -695,15 +472,7 @@ mod tests {
             for n in ["attn_q_norm", "attn_k_norm"] {
                 tensors.push((w(n), vec![hd], 0, fill.f32s(hd, 1.0)));
             }
-            for (n, rows, cols) in [
-                ("attn_q", heads * hd, hidden),
-                ("attn_k", kv_heads * hd, hidden),
-                ("attn_v", kv_heads * hd, hidden),
-                ("attn_output", hidden, heads * hd),
-                ("ffn_gate", ff, hidden),
-                ("ffn_up", ff, hidden),
-                ("ffn_down", hidden, ff),
-            ] {
+            for (n, rows, cols) in block_matrices(hidden, heads, kv_heads, hd, ff) {
                 tensors.push((w(n), vec![rows, cols], Q8_0, fill.q8_0(rows * cols)));
             }
         }
@@ -808,12 +577,18 @@ mod tests {
             "vision_config": {"hidden_size": 1152, "model_type": "siglip_vision_model"}
         });
         let c = read(gemma3_4b.clone()).unwrap();
-        assert_eq!((c.block_count, c.embedding_length, c.feed_forward_length, c.vocab_size), (34, 2560, 10240, 262208));
-        assert_eq!((c.head_count, c.head_count_kv, c.head_dim, c.attention_scale), (8, 4, 256, 1.0 / 16.0));
-        assert_eq!((c.rope_freq_base, c.rope_scaling), (1e6, RopeScaling::Linear { factor: 8.0 }));
-        assert_eq!((c.local_rope_freq_base, c.local_rope_scaling), (1e4, RopeScaling::None));
+        assert_eq!(
+            (c.dims.block_count, c.dims.embedding_length, c.feed_forward_length, c.dims.vocab_size),
+            (34, 2560, 10240, 262208)
+        );
+        assert_eq!(
+            (c.dims.head_count, c.dims.head_count_kv, c.dims.head_dim, c.attention_scale),
+            (8, 4, 256, 1.0 / 16.0)
+        );
+        assert_eq!(c.rope, RopeConfig { theta: 1e6, scaling: RopeScaling::Linear { factor: 8.0 } });
+        assert_eq!(c.local_rope, RopeConfig { theta: 1e4, scaling: RopeScaling::None });
         assert_eq!(c.sliding_window, Some(1024));
-        let global: Vec<usize> = (0..c.block_count).filter(|&i| !c.is_sliding(i)).collect();
+        let global: Vec<usize> = (0..c.dims.block_count).filter(|&i| !c.is_sliding(i)).collect();
         assert_eq!(global, [5, 11, 17, 23, 29]);
         assert!(c.norm_adds_one);
 
@@ -874,7 +649,7 @@ mod tests {
             ("gemma3.rope.scaling.type", Meta::Str("linear")),
             ("gemma3.rope.scaling.factor", Meta::F32(8.0)),
         ]);
-        assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 8.0 });
+        assert_eq!(c.rope.scaling, RopeScaling::Linear { factor: 8.0 });
         let c = config(vec![("gemma3.final_logit_softcapping", Meta::F32(30.0))]);
         assert_eq!(c.final_logit_softcapping, Some(30.0));
         // The cap applies to the logits last: capped = 0.5 · tanh(logits / 0.5).

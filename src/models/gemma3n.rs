@@ -43,10 +43,11 @@
 //! and values, sparsity 0.95 on the first 10, every 5th layer global, a
 //! local rope base of 10000.
 
-use super::config::{self, GgufKeys, RopeConfig};
-use super::{load_head, merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
+use super::blocks::{merge_heads, split_heads, Activation, GatedFfn, Head, Layer, LayerCache, Positional};
+use super::config::{self, Dims, GgufKeys, RopeConfig};
+use super::{Checkpoint, Decoder, KvCache, ModelError, Result, Span, Weight};
 use crate::graph::{ComparisonDirection, DType, ReduceKind, TensorType};
-use crate::trace::nn::{attention, causal_mask, sliding_window_mask, Rope, RopeScaling, RopeStyle, Rotation};
+use crate::trace::nn::{attention, RopeScaling};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::{Gguf, MetadataValue};
 use crate::weights::hf_config::HfConfig;
@@ -77,20 +78,10 @@ const MAGNITUDE_FLOOR: f64 = 1e-5;
 /// from HF's `config.json` ([`Config::from_hf`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    /// `gemma3n.block_count`
-    pub block_count: usize,
-    /// `gemma3n.embedding_length`: `D`
-    pub embedding_length: usize,
+    /// The sizes (`D` is `embedding_length`, `L` `block_count`).
+    pub dims: Dims,
     /// `gemma3n.feed_forward_length`, per layer
     pub feed_forward_length: Vec<usize>,
-    /// `gemma3n.attention.head_count`
-    pub head_count: usize,
-    /// `gemma3n.attention.head_count_kv`
-    pub head_count_kv: usize,
-    /// `gemma3n.attention.key_length`
-    pub head_dim: usize,
-    /// Rows of `token_embd.weight`
-    pub vocab_size: usize,
     /// Rows of `per_layer_token_embd.weight`: the vocabulary in GGUF, HF's
     /// `vocab_size_per_layer_input`; tokens past it read row 0, as in
     /// transformers.
@@ -113,8 +104,6 @@ pub struct Config {
     pub sliding_window: usize,
     /// Per layer, whether it attends within the window.
     pub sliding: Vec<bool>,
-    /// `gemma3n.attention.layer_norm_rms_epsilon`
-    pub rms_norm_eps: f64,
     /// `gemma3n.final_logit_softcapping`
     pub final_logit_softcapping: Option<f64>,
     /// GGUF stacks each kind of AltUp projection into one `[3, D, D]`
@@ -211,13 +200,16 @@ impl Config {
         };
         let (rope, local_rope) = config::layer_type_ropes(&keys, 1_000_000.0, 10_000.0)?;
         let config = Config {
-            block_count,
-            embedding_length: keys.count_or("hidden_size", 2048)?,
+            dims: Dims {
+                block_count,
+                embedding_length: keys.count_or("hidden_size", 2048)?,
+                head_count: keys.count_or("num_attention_heads", 8)?,
+                head_count_kv: keys.count_or("num_key_value_heads", 2)?,
+                head_dim: keys.count_or("head_dim", 256)?,
+                vocab_size: keys.count_or("vocab_size", 262_400)?,
+                rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
+            },
             feed_forward_length,
-            head_count: keys.count_or("num_attention_heads", 8)?,
-            head_count_kv: keys.count_or("num_key_value_heads", 2)?,
-            head_dim: keys.count_or("head_dim", 256)?,
-            vocab_size: keys.count_or("vocab_size", 262_400)?,
             per_layer_vocab_size: keys.count_or("vocab_size_per_layer_input", 262_144)?,
             per_layer_input: keys.count_or("hidden_size_per_layer_input", 256)?,
             laurel_rank: keys.count_or("laurel_rank", 64)?,
@@ -228,7 +220,6 @@ impl Config {
             sliding_window,
             sliding: config::layer_types(&keys, block_count)?
                 .unwrap_or_else(|| config::every_nth_global(block_count, SLIDING_WINDOW_PATTERN)),
-            rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
             final_logit_softcapping,
             altup_stacked: false,
         };
@@ -295,13 +286,16 @@ impl Config {
             .ok_or_else(|| ModelError::MissingTensor("blk.0.laurel_l.weight".into()))?;
         let vocab_size = config::vocab_size(&keys)?;
         let config = Config {
-            block_count,
-            embedding_length: width,
+            dims: Dims {
+                block_count,
+                embedding_length: width,
+                head_count: heads,
+                head_count_kv: keys.int_or("attention.head_count_kv", heads)?,
+                head_dim,
+                vocab_size,
+                rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
+            },
             feed_forward_length,
-            head_count: heads,
-            head_count_kv: keys.int_or("attention.head_count_kv", heads)?,
-            head_dim,
-            vocab_size,
             per_layer_vocab_size: vocab_size,
             per_layer_input: keys.count("embedding_length_per_layer_input")?,
             laurel_rank: laurel_l.shape()[0],
@@ -315,7 +309,6 @@ impl Config {
             },
             sliding_window: keys.count("attention.sliding_window")?,
             sliding: config::sliding_pattern(&keys, block_count, SLIDING_WINDOW_PATTERN)?,
-            rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
             final_logit_softcapping: Some(keys.positive_f64("final_logit_softcapping", Some(30.0))?),
             altup_stacked: true,
         };
@@ -328,16 +321,16 @@ impl Config {
     /// shared layer to read. `error(key, value, message)` names the GGUF key
     /// in the source's own spelling.
     fn check(self, error: impl Fn(&str, usize, String) -> ModelError) -> Result<Config> {
-        config::check_heads(self.head_count, self.head_count_kv, self.head_dim, "attention.key_length", &error)?;
+        config::check_heads(&self.dims, "attention.key_length", &error)?;
         let shared = self.shared_kv_layers;
-        if shared >= self.block_count {
+        if shared >= self.dims.block_count {
             return Err(error(
                 "attention.shared_kv_layers",
                 shared,
-                format!("leaves none of the {} layers computing keys and values", self.block_count),
+                format!("leaves none of the {} layers computing keys and values", self.dims.block_count),
             ));
         }
-        if let Some(i) = (self.kv_layers()..self.block_count).find(|&i| self.kv_source(i).is_none()) {
+        if let Some(i) = (self.kv_layers()..self.dims.block_count).find(|&i| self.kv_source(i).is_none()) {
             let kind = if self.sliding[i] { "sliding" } else { "global" };
             return Err(error(
                 "attention.shared_kv_layers",
@@ -351,7 +344,7 @@ impl Config {
     /// The layers that compute keys and values: the first ones, each with
     /// its own slice of the KV cache.
     pub fn kv_layers(&self) -> usize {
-        self.block_count - self.shared_kv_layers
+        self.dims.block_count - self.shared_kv_layers
     }
 
     /// The layer whose keys and values layer `i` attends to: itself, or for
@@ -367,7 +360,7 @@ impl Config {
     /// requires and older checkpoints hold, though nothing reads them.
     pub fn unread_tensors(&self) -> Vec<String> {
         let names = ["attn_k.weight", "attn_v.weight", "attn_k_norm.weight"];
-        (self.kv_layers()..self.block_count).flat_map(|i| names.map(|n| format!("blk.{i}.{n}"))).collect()
+        (self.kv_layers()..self.dims.block_count).flat_map(|i| names.map(|n| format!("blk.{i}.{n}"))).collect()
     }
 }
 
@@ -438,7 +431,7 @@ fn column<'t>(c: &Tensor<'t>, j: usize, like: &Tensor<'t>) -> Result<Tensor<'t>>
 /// The three AltUp projections of one kind (into the streams, or back
 /// out): GGUF's one `[3, D, D]` tensor, or HF's three `[D, D]` ones.
 fn projections<'t>(t: &'t Tracer, weights: &dyn Checkpoint, name: &str, c: &Config) -> Result<Vec<Weight<'t>>> {
-    let (n, d) = (ALTUP_INPUTS - 1, c.embedding_length);
+    let (n, d) = (ALTUP_INPUTS - 1, c.dims.embedding_length);
     match c.altup_stacked {
         true => weights.load(t, &format!("{name}.weight"), &[n, d, d])?.row_blocks(n),
         false => (0..n).map(|i| weights.load(t, &format!("{name}.{i}.weight"), &[d, d])).collect(),
@@ -449,7 +442,7 @@ fn projections<'t>(t: &'t Tracer, weights: &dyn Checkpoint, name: &str, c: &Conf
 /// row `tok · L + l` is token `tok`'s slice for layer `l`, so that each layer
 /// gathers its own rows. Packed, a slice must be a whole number of blocks.
 fn per_layer_view<'t>(table: Weight<'t>, c: &Config) -> Result<Weight<'t>> {
-    let (rows, width) = (table.shape[0] * c.block_count, c.per_layer_input);
+    let (rows, width) = (table.shape[0] * c.dims.block_count, c.per_layer_input);
     let raw = match table.packed {
         Some(ty) if !width.is_multiple_of(ty.block_size()) => {
             return Err(ModelError::Config(format!(
@@ -538,79 +531,46 @@ struct KeyValue<'t> {
     attn_v: Weight<'t>,
 }
 
-/// Keys and values `[kv_heads, context, head_dim]` after a layer wrote them.
+/// Keys and values `[kv_heads, kv_len, head_dim]` as a layer attended to them.
 type Kv<'t> = (Tensor<'t>, Tensor<'t>);
 
 impl<'t> Attention<'t> {
     /// `x [seq, D]` -> `[seq, D]`, and the keys and values it attended to
-    /// if it computed them (written into the cache at `layer`); a shared
+    /// if it computed them (written into the cache first, if any); a shared
     /// layer attends to `shared`.
     fn forward(
         &self,
         x: &Tensor<'t>,
-        rotation: &Rotation<'t>,
-        mask: &Tensor<'t>,
+        at: &Positional<'t>,
         shared: Option<&Kv<'t>>,
-        cache: &mut KvCache<'t>,
-        layer: usize,
+        cache: LayerCache<'_, 't>,
     ) -> Result<(Tensor<'t>, Option<Kv<'t>>)> {
         let heads = |y: &Tensor<'t>, n: usize, norm: Option<&Tensor<'t>>| {
             split_heads(y, n, self.head_dim)?.rms_norm(norm, self.eps).map_err(ModelError::from)
         };
-        let q = rotation.apply(&heads(&self.attn_q.linear(x)?, self.head_count, Some(&self.attn_q_norm))?)?;
+        let q = at.rotation.apply(&heads(&self.attn_q.linear(x)?, self.head_count, Some(&self.attn_q_norm))?)?;
         let computed = match &self.own {
             Some(kv) => {
-                let k = rotation.apply(&heads(&kv.attn_k.linear(x)?, self.head_count_kv, Some(&kv.attn_k_norm))?)?;
+                let k = at.rotation.apply(&heads(&kv.attn_k.linear(x)?, self.head_count_kv, Some(&kv.attn_k_norm))?)?;
                 let v = heads(&kv.attn_v.linear(x)?, self.head_count_kv, None)?;
-                Some(cache.write(layer, &k, &v)?)
+                Some(match cache {
+                    Some((cache, layer)) => cache.write(layer, &k, &v)?,
+                    None => (k, v),
+                })
             }
             None => None,
         };
         let (k, v) = computed.as_ref().or(shared).ok_or_else(|| {
-            ModelError::Config(format!("layer {layer} shares keys and values, but no layer before it computes them"))
+            ModelError::Config("a layer shares keys and values, but no layer before it computes them".into())
         })?;
-        let a = attention(&q, k, v, Some(mask), 1.0, None)?;
+        let a = attention(&q, k, v, Some(&at.mask), 1.0, None)?;
         Ok((self.attn_output.linear(&merge_heads(&a)?)?, computed))
     }
 }
 
-/// The GeGLU feed-forward, its gate sparse where `sparsity` is `k`:
-/// `W_down · (gelu(topk(W_gate · f)) ⊙ W_up · f)`.
-struct FeedForward<'t> {
-    ffn_gate: Weight<'t>,
-    ffn_up: Weight<'t>,
-    ffn_down: Weight<'t>,
-    sparsity: Option<f64>,
-}
-
-impl<'t> FeedForward<'t> {
-    fn forward(&self, f: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let mut gate = self.ffn_gate.linear(f)?;
-        if let Some(k) = self.sparsity {
-            gate = gaussian_top_k(&gate, k)?;
-        }
-        Ok(self.ffn_down.linear(&gate.gelu_tanh()?.multiply(&self.ffn_up.linear(f)?)?)?)
-    }
-}
-
-/// `relu(g − (mean(g) + k · std(g)))` over the last dim, with the
-/// population standard deviation (transformers' `unbiased=False`): keeps the
-/// values above the `Φ(k)` quantile of a normal fit of the row.
-fn gaussian_top_k<'t>(g: &Tensor<'t>, k: f64) -> Result<Tensor<'t>> {
-    let last = g.ty.rank() - 1;
-    let mean = |x: &Tensor<'t>| -> Result<Tensor<'t>> {
-        let m = scale(&x.reduce(ReduceKind::Sum, &[last])?, 1.0 / x.ty.shape[last] as f64)?;
-        Ok(m.broadcast_in_dim(&x.ty.shape, &(0..last).collect::<Vec<_>>())?)
-    };
-    let centered = g.subtract(&mean(g)?)?;
-    let std = mean(&centered.multiply(&centered)?)?.sqrt()?;
-    let above = centered.subtract(&scale(&std, k)?)?;
-    Ok(above.maximum(&g.tracer().constant(0.0, g.ty.clone())?)?)
-}
-
-/// One layer's weights: attention, LAuReL, feed-forward, their norms, the
-/// per-layer input's gate and projection, and AltUp's.
-struct Layer<'t> {
+/// One layer's weights: attention, LAuReL, the sparse GeGLU feed-forward,
+/// their norms, the per-layer input's gate and projection, and AltUp's.
+struct Block<'t> {
     attn_norm: Tensor<'t>,
     attn: Attention<'t>,
     post_attention_norm: Tensor<'t>,
@@ -618,7 +578,7 @@ struct Layer<'t> {
     laurel_r: Weight<'t>,
     laurel_post_norm: Tensor<'t>,
     ffn_norm: Tensor<'t>,
-    ffn: FeedForward<'t>,
+    ffn: GatedFfn<'t>,
     post_ffw_norm: Tensor<'t>,
     inp_gate: Weight<'t>,
     proj: Weight<'t>,
@@ -627,12 +587,11 @@ struct Layer<'t> {
     eps: f64,
 }
 
-impl<'t> Layer<'t> {
-    fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
-        let (d, ff, hd) = (c.embedding_length, c.feed_forward_length[i], c.head_dim);
-        let (q_dim, kv_dim) = (c.head_count * hd, c.head_count_kv * hd);
-        let m = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape);
-        let v = |name: &str, len: usize| m(name, &[len])?.f32();
+impl<'t> Block<'t> {
+    fn load(l: &Layer<'_, 't>, i: usize, c: &Config) -> Result<Self> {
+        let (d, ff, hd) = (c.dims.embedding_length, c.feed_forward_length[i], c.dims.head_dim);
+        let (q_dim, kv_dim) = (c.dims.head_count * hd, c.dims.head_count_kv * hd);
+        let (m, v) = (|name: &str, shape: &[usize]| l.weight(name, shape), |name: &str, len: usize| l.norm(name, len));
         let own = match c.kv_source(i) == Some(i) {
             true => Some(KeyValue {
                 attn_k: m("attn_k", &[kv_dim, d])?,
@@ -641,16 +600,16 @@ impl<'t> Layer<'t> {
             }),
             false => None,
         };
-        let eps = c.rms_norm_eps;
-        Ok(Layer {
+        let eps = c.dims.rms_norm_eps;
+        Ok(Block {
             attn_norm: v("attn_norm", d)?,
             attn: Attention {
                 attn_q: m("attn_q", &[q_dim, d])?,
                 attn_q_norm: v("attn_q_norm", hd)?,
                 own,
                 attn_output: m("attn_output", &[d, q_dim])?,
-                head_count: c.head_count,
-                head_count_kv: c.head_count_kv,
+                head_count: c.dims.head_count,
+                head_count_kv: c.dims.head_count_kv,
                 head_dim: hd,
                 eps,
             },
@@ -659,12 +618,7 @@ impl<'t> Layer<'t> {
             laurel_r: m("laurel_r", &[d, c.laurel_rank])?,
             laurel_post_norm: v("laurel_post_norm", d)?,
             ffn_norm: v("ffn_norm", d)?,
-            ffn: FeedForward {
-                ffn_gate: m("ffn_gate", &[ff, d])?,
-                ffn_up: m("ffn_up", &[ff, d])?,
-                ffn_down: m("ffn_down", &[d, ff])?,
-                sparsity: c.sparsity[i],
-            },
+            ffn: GatedFfn::load(l, d, ff, Activation::GeluTanh)?.sparse(c.sparsity[i]),
             post_ffw_norm: v("post_ffw_norm", d)?,
             inp_gate: m("inp_gate", &[c.per_layer_input, d])?,
             proj: m("proj", &[d, c.per_layer_input])?,
@@ -687,16 +641,15 @@ impl<'t> Layer<'t> {
         &self,
         h: &Streams<'t>,
         pli: &Tensor<'t>,
-        (rotation, mask): (&Rotation<'t>, &Tensor<'t>),
+        at: &Positional<'t>,
         shared: Option<&Kv<'t>>,
-        cache: &mut KvCache<'t>,
-        layer: usize,
+        cache: LayerCache<'_, 't>,
     ) -> Result<(Streams<'t>, Option<Kv<'t>>)> {
         let norm = |y: &Tensor<'t>, w: &Tensor<'t>| y.rms_norm(Some(w), self.eps).map_err(ModelError::from);
         let p = self.altup.predict(h)?;
         let x = norm(&p[0], &self.attn_norm)?;
         let laurel = x.add(&norm(&self.laurel_r.linear(&self.laurel_l.linear(&x)?)?, &self.laurel_post_norm)?)?;
-        let (attn, kv) = self.attn.forward(&x, rotation, mask, shared, cache, layer)?;
+        let (attn, kv) = self.attn.forward(&x, at, shared, cache)?;
         let r = scale(&p[0].add(&norm(&attn, &self.post_attention_norm)?)?.add(&laurel)?, FRAC_1_SQRT_2)?;
         let o = r.add(&norm(&self.ffn.forward(&norm(&r, &self.ffn_norm)?)?, &self.post_ffw_norm)?)?;
         let mut q = self.altup.correct(&p, &o)?;
@@ -719,8 +672,7 @@ pub struct Gemma3n<'t> {
     /// The hyper-parameters the model was loaded with.
     pub config: Config,
     token_embd: Weight<'t>,
-    /// The tied head (or `output.weight`) and the norm before it.
-    head: (Tensor<'t>, Weight<'t>),
+    head: Head<'t>,
     /// `[V · L, P]`: row `tok · L + l` is token `tok`'s input to layer `l`.
     per_layer_token_embd: Weight<'t>,
     /// Per layer, its `[P, D]` rows of `W_plm`.
@@ -728,29 +680,31 @@ pub struct Gemma3n<'t> {
     per_layer_proj_norm: Tensor<'t>,
     altup_proj: Vec<Weight<'t>>,
     altup_unembd_proj: Vec<Weight<'t>>,
-    layers: Vec<Layer<'t>>,
+    blocks: Vec<Block<'t>>,
 }
 
 impl<'t> Gemma3n<'t> {
     /// Declares every weight in `t`, checking each shape against `config`.
     pub fn load(t: &'t Tracer, config: &Config, weights: &dyn Checkpoint) -> Result<Self> {
-        let (d, per_layer) = (config.embedding_length, config.block_count * config.per_layer_input);
-        let token_embd = weights.load(t, "token_embd.weight", &[config.vocab_size, d])?;
+        let (d, per_layer) = (config.dims.embedding_length, config.dims.block_count * config.per_layer_input);
+        let token_embd = weights.load(t, "token_embd.weight", &[config.dims.vocab_size, d])?;
         let per_layer_rows = [config.per_layer_vocab_size, per_layer];
         Ok(Gemma3n {
             tracer: t,
-            head: load_head(t, weights, &token_embd)?,
+            head: Head::load(t, weights, &token_embd, config.dims.rms_norm_eps, false)?,
             per_layer_token_embd: per_layer_view(
                 weights.load(t, "per_layer_token_embd.weight", &per_layer_rows)?,
                 config,
             )?,
             per_layer_model_proj: weights
                 .load(t, "per_layer_model_proj.weight", &[per_layer, d])?
-                .row_blocks(config.block_count)?,
+                .row_blocks(config.dims.block_count)?,
             per_layer_proj_norm: weights.load(t, "per_layer_proj_norm.weight", &[config.per_layer_input])?.f32()?,
             altup_proj: projections(t, weights, "altup_proj", config)?,
             altup_unembd_proj: projections(t, weights, "altup_unembd_proj", config)?,
-            layers: (0..config.block_count).map(|i| Layer::load(t, weights, i, config)).collect::<Result<_>>()?,
+            blocks: (0..config.dims.block_count)
+                .map(|i| Block::load(&Layer::new(t, weights, i, false), i, config))
+                .collect::<Result<_>>()?,
             token_embd,
             config: config.clone(),
         })
@@ -767,17 +721,17 @@ impl<'t> Gemma3n<'t> {
         let c = &self.config;
         let constant = |v: usize| self.tracer.constant(v as f64, tokens.ty.clone());
         // transformers reads row 0 for tokens past the table (E2B's 256 soft tokens).
-        let ids = match c.per_layer_vocab_size < c.vocab_size {
+        let ids = match c.per_layer_vocab_size < c.dims.vocab_size {
             true => {
                 let in_table = tokens.compare(ComparisonDirection::Lt, &constant(c.per_layer_vocab_size)?)?;
                 in_table.select(tokens, &constant(0)?)?
             }
             false => tokens.clone(),
         };
-        let row = ids.multiply(&constant(c.block_count)?)?.add(&constant(l)?)?;
+        let row = ids.multiply(&constant(c.dims.block_count)?)?.add(&constant(l)?)?;
         let table = scale(&self.per_layer_token_embd.rows(&row)?, (c.per_layer_input as f64).sqrt())?;
-        let projected = scale(&self.per_layer_model_proj[l].linear(e)?, 1.0 / (c.embedding_length as f64).sqrt())?;
-        let projected = projected.rms_norm(Some(&self.per_layer_proj_norm), c.rms_norm_eps)?;
+        let projected = scale(&self.per_layer_model_proj[l].linear(e)?, 1.0 / (c.dims.embedding_length as f64).sqrt())?;
+        let projected = projected.rms_norm(Some(&self.per_layer_proj_norm), c.dims.rms_norm_eps)?;
         scale(&projected.add(&table)?, FRAC_1_SQRT_2)
     }
 
@@ -800,45 +754,45 @@ impl<'t> Gemma3n<'t> {
 }
 
 impl<'t> Decoder<'t> for Gemma3n<'t> {
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
+    fn dims(&self) -> &Dims {
+        &self.config.dims
     }
 
     /// Only the layers that compute keys and values have a slice.
     fn cache_types(&self, max_context: usize) -> (TensorType, TensorType) {
-        let c = &self.config;
-        let ty = TensorType::new([c.kv_layers(), c.head_count_kv, max_context, c.head_dim], DType::F32);
+        let d = &self.config.dims;
+        let ty = TensorType::new([self.config.kv_layers(), d.head_count_kv, max_context, d.head_dim], DType::F32);
         (ty.clone(), ty)
     }
 
-    fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
-        let (c, t) = (&self.config, self.tracer);
-        let seq = tokens.ty.shape[0];
-        let positions = cache.positions(seq)?;
-        let (context, start) = (cache.context(), cache.start.clone());
-        let rope =
-            |r: &RopeConfig| Rope::new(c.head_dim, r.theta, RopeStyle::NeoX).with_scaling(r.scaling).at(&positions);
-        let global = (rope(&c.rope)?, causal_mask(t, seq, context, &start)?);
-        let local = (rope(&c.local_rope)?, sliding_window_mask(t, seq, context, &start, c.sliding_window)?);
+    fn forward(
+        &self,
+        tokens: &Tensor<'t>,
+        at: Span<'_, 't>,
+        mut cache: Option<&mut KvCache<'t>>,
+    ) -> Result<Tensor<'t>> {
+        let c = &self.config;
+        let global = Positional::neox(c.rope, c.dims.head_dim, &at, None)?;
+        let local = Positional::neox(c.local_rope, c.dims.head_dim, &at, Some(c.sliding_window))?;
         // The embedding is scaled in f32, as llama.cpp does (HF rounds √D
         // to the weights' dtype first).
-        let e = scale(&self.token_embd.rows(tokens)?, (c.embedding_length as f64).sqrt())?;
+        let e = scale(&self.token_embd.rows(tokens)?, (c.dims.embedding_length as f64).sqrt())?;
         let mut h = self.streams(&e)?;
         // The keys and values the shared layers read: the last computed by
-        // a local layer and by a global one.
+        // a global layer and by a local one.
         let mut last_kv: [Option<Kv<'t>>; 2] = [None, None];
-        for (i, layer) in self.layers.iter().enumerate() {
+        for (i, block) in self.blocks.iter().enumerate() {
             let sliding = c.sliding[i];
-            let (rotation, mask) = if sliding { &local } else { &global };
             let pli = self.per_layer_input(i, tokens, &e)?;
-            let (next, kv) = layer.forward(&h, &pli, (rotation, mask), last_kv[sliding as usize].as_ref(), cache, i)?;
+            let layer_cache = cache.as_deref_mut().map(|cache| (cache, i));
+            let at = if sliding { &local } else { &global };
+            let (next, kv) = block.forward(&h, &pli, at, last_kv[sliding as usize].as_ref(), layer_cache)?;
             if kv.is_some() {
                 last_kv[sliding as usize] = kv;
             }
             h = next;
         }
-        let (output_norm, output) = &self.head;
-        let logits = output.linear(&self.merge(&h)?.rms_norm(Some(output_norm), c.rms_norm_eps)?)?;
+        let logits = self.head.forward(&self.merge(&h)?)?;
         Ok(match c.final_logit_softcapping {
             Some(cap) => logits.soft_cap(cap)?,
             None => logits,
@@ -976,9 +930,13 @@ mod tests {
         // Φ⁻¹(0.95) and ε are f32 in the GGUF, f64 from config.json; the
         // GGUF stacks the AltUp projections.
         let k = |c: &Config| c.sparsity.iter().map(|k| k.map(|k| (k * 1e6).round())).collect::<Vec<_>>();
-        assert_eq!((k(&gguf), gguf.rms_norm_eps as f32), (k(&hf), hf.rms_norm_eps as f32));
-        let same =
-            Config { sparsity: hf.sparsity.clone(), rms_norm_eps: hf.rms_norm_eps, altup_stacked: false, ..gguf };
+        assert_eq!((k(&gguf), gguf.dims.rms_norm_eps as f32), (k(&hf), hf.dims.rms_norm_eps as f32));
+        let same = Config {
+            sparsity: hf.sparsity.clone(),
+            dims: Dims { rms_norm_eps: hf.dims.rms_norm_eps, ..gguf.dims },
+            altup_stacked: false,
+            ..gguf
+        };
         assert_eq!(same, hf);
         assert_eq!((hf.feed_forward_length.as_slice(), hf.kv_layers()), (&[64, 64, 48, 48, 64, 64][..], 4));
         assert_eq!((hf.kv_source(4), hf.kv_source(5)), (Some(2), Some(3)), "each shared layer reads its type's last");
@@ -1004,7 +962,7 @@ mod tests {
         synth::write(&Preset::Gemma3nE2b.config(), &path, SynthData::Zeros).unwrap();
         let gguf = Gguf::open(&path).unwrap();
         let c = Config::from_gguf(&gguf).unwrap();
-        assert_eq!((c.block_count, c.kv_layers(), c.kv_source(28), c.kv_source(29)), (30, 20, Some(18), Some(19)));
+        assert_eq!((c.dims.block_count, c.kv_layers(), c.kv_source(28), c.kv_source(29)), (30, 20, Some(18), Some(19)));
         assert_eq!((c.per_layer_input, c.laurel_rank, c.sparsity.iter().flatten().count()), (256, 64, 10));
         let weights = GgufWeights::new(&gguf, PackedPolicy::Keep).unwrap();
         // Every tensor is read but the shared layers' keys and values.

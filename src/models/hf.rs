@@ -382,8 +382,8 @@ mod tests {
     use crate::graph::Graph;
     use crate::interp;
     use crate::lower::{lower_to_string, LowerOptions};
-    use crate::models::testing::{smollm2_path, Fill};
-    use crate::models::{llama, Family, GgufWeights, PackedPolicy};
+    use crate::models::testing::{block_matrices, smollm2_path, Fill};
+    use crate::models::{Family, GgufWeights, PackedPolicy};
     use crate::tokenizer::Tokenizer;
     use crate::weights::gguf::Gguf;
     use std::collections::BTreeMap;
@@ -455,16 +455,9 @@ mod tests {
             for i in 0..blocks {
                 let w = |n: &str| format!("model.layers.{i}.{n}.weight");
                 tensors.push((w("input_layernorm"), StDType::BF16, vec![hidden], bf16(hidden, 1.0)));
-                for (n, rows, cols) in [
-                    ("self_attn.q_proj", heads * hd, hidden),
-                    ("self_attn.k_proj", kv_heads * hd, hidden),
-                    ("self_attn.v_proj", kv_heads * hd, hidden),
-                    ("self_attn.o_proj", hidden, heads * hd),
-                    ("mlp.gate_proj", ff, hidden),
-                    ("mlp.up_proj", ff, hidden),
-                    ("mlp.down_proj", hidden, ff),
-                ] {
-                    tensors.push((w(n), StDType::F32, vec![rows, cols], fill.f32s(rows * cols, 0.0)));
+                for (n, rows, cols) in block_matrices(hidden, heads, kv_heads, hd, ff) {
+                    let name = llama_hf_name(&format!("blk.{i}.{n}.weight")).expect("a llama tensor");
+                    tensors.push((name, StDType::F32, vec![rows, cols], fill.f32s(rows * cols, 0.0)));
                 }
                 tensors.push((w("post_attention_layernorm"), StDType::BF16, vec![hidden], bf16(hidden, 1.0)));
             }
@@ -505,10 +498,7 @@ mod tests {
     }
 
     fn prefill(weights: &SafetensorsWeights<'_>, seq_len: usize) -> Result<Graph> {
-        let Family::Llama(config) = Family::from_hf(&weights.checkpoint.config)? else {
-            unreachable!("from_hf only makes llama configs");
-        };
-        llama::prefill(&config, weights, seq_len)
+        crate::models::prefill(&Family::from_hf(&weights.checkpoint.config)?, weights, seq_len)
     }
 
     fn tokens(ids: &[u32]) -> Value {
@@ -708,7 +698,7 @@ mod tests {
         eprintln!("gguf_to_hf.py: {:.2?}", start.elapsed());
 
         let gguf_weights = GgufWeights::new(&gguf, PackedPolicy::Dequantize(DType::F32)).unwrap();
-        let gguf_graph = llama::prefill(&llama::Config::from_gguf(&gguf).unwrap(), &gguf_weights, ids.len()).unwrap();
+        let gguf_graph = crate::models::prefill(&Family::from_gguf(&gguf).unwrap(), &gguf_weights, ids.len()).unwrap();
         let start = Instant::now();
         let want = interp::run(&gguf_graph, std::slice::from_ref(&input), &gguf_weights).unwrap().remove(0);
         eprintln!("interpreter, GGUF: {:.2?}", start.elapsed());

@@ -16,12 +16,12 @@
 //! Hugging Face checkpoints (`model_type` llama or mistral, read through
 //! [`super::hf`]) keep that layout and rotate halves ([`RopeStyle::NeoX`]).
 
-use super::config::{self, GgufKeys, HfKeys};
-use super::{load_head, merge_heads, split_heads, Checkpoint, Decoder, KvCache, ModelError, Result, Weight};
-use crate::graph::{DType, Graph, TensorType};
-use crate::trace::nn::{
-    attention, causal_mask, sliding_window_mask, QueryOffset, Rope, RopeScaling, RopeStyle, Rotation,
+use super::blocks::{
+    add_bias, split_heads, Activation, Attention, AttentionConfig, BlockConfig, LayerCache, Positional, Stack,
 };
+use super::config::{self, Dims, GgufKeys, HfKeys, RopeConfig};
+use super::{Checkpoint, Decoder, KvCache, ModelError, Result, Span};
+use crate::trace::nn::{causal_mask, sliding_window_mask, Rope, RopeStyle};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
 use crate::weights::hf_config::HfConfig;
@@ -34,33 +34,18 @@ const ROPE_FREQS: &str = "rope_freqs.weight";
 /// from HF's `config.json`: [`Config::from_hf`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    /// `llama.block_count`
-    pub block_count: usize,
-    /// `llama.embedding_length`
-    pub embedding_length: usize,
+    /// The sizes.
+    pub dims: Dims,
     /// `llama.feed_forward_length`
     pub feed_forward_length: usize,
-    /// `llama.attention.head_count`
-    pub head_count: usize,
-    /// `llama.attention.head_count_kv` (defaults to `head_count`)
-    pub head_count_kv: usize,
-    /// `llama.attention.key_length` (defaults to `embedding_length / head_count`)
-    pub head_dim: usize,
-    /// `llama.rope.dimension_count` (defaults to `head_dim`)
-    pub rope_dimension_count: usize,
-    /// `llama.rope.freq_base` (defaults to 10000)
-    pub rope_freq_base: f64,
-    /// `llama.attention.layer_norm_rms_epsilon`
-    pub rms_norm_eps: f64,
-    /// `llama.vocab_size`, else the rows of `token_embd.weight`
-    pub vocab_size: usize,
+    /// The base frequency, `llama.rope.freq_base` (defaults to 10000), and
+    /// the frequency scaling: GGUF `*.rope.scaling.*` (linear, yarn), or HF
+    /// `rope_parameters` / `rope_scaling` (linear, llama3, yarn).
+    pub rope: RopeConfig,
     /// Which features RoPE pairs: adjacent ones in GGUF llama (llama.cpp's
     /// converter permuted Q/K rows for it), `(i, i + d/2)` in HF checkpoints
     /// and in GGUF qwen2/qwen3 (llama.cpp's `LLAMA_ROPE_TYPE_NEOX`).
     pub rope_style: RopeStyle,
-    /// Frequency scaling: GGUF `*.rope.scaling.*` (linear, yarn), or HF
-    /// `rope_parameters` / `rope_scaling` (linear, llama3, yarn).
-    pub rope_scaling: RopeScaling,
     /// Sliding-window attention span, in tokens, on every layer (Mistral's
     /// `sliding_window`; Qwen2/3 with `use_sliding_window` on every layer).
     pub sliding_window: Option<usize>,
@@ -110,18 +95,21 @@ impl Config {
         let vocab_size = config::vocab_size(&keys)?;
         config::full_rotary(&keys, head_dim)?;
         let config = Config {
-            block_count: keys.count("block_count")?,
-            embedding_length,
+            dims: Dims {
+                block_count: keys.count("block_count")?,
+                embedding_length,
+                head_count,
+                head_count_kv,
+                head_dim,
+                vocab_size,
+                rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
+            },
             feed_forward_length: keys.count("feed_forward_length")?,
-            head_count,
-            head_count_kv,
-            head_dim,
-            rope_dimension_count: head_dim,
-            rope_freq_base: keys.positive_f64("rope.freq_base", Some(10000.0))?,
-            rms_norm_eps: keys.positive_f64("attention.layer_norm_rms_epsilon", None)?,
-            vocab_size,
+            rope: RopeConfig {
+                theta: keys.positive_f64("rope.freq_base", Some(10000.0))?,
+                scaling: config::rope_from_gguf(&keys)?,
+            },
             rope_style,
-            rope_scaling: config::rope_from_gguf(&keys)?,
             sliding_window: None,
             qkv_bias: arch == "qwen2",
             qk_norm: arch == "qwen3",
@@ -176,18 +164,18 @@ impl Config {
             _ => None,
         };
         let config = Config {
-            block_count: keys.count("num_hidden_layers")?,
-            embedding_length: hidden,
+            dims: Dims {
+                block_count: keys.count("num_hidden_layers")?,
+                embedding_length: hidden,
+                head_count: heads,
+                head_count_kv: kv_heads,
+                head_dim,
+                vocab_size: keys.count("vocab_size")?,
+                rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
+            },
             feed_forward_length: keys.count("intermediate_size")?,
-            head_count: heads,
-            head_count_kv: kv_heads,
-            head_dim,
-            rope_dimension_count: head_dim,
-            rope_freq_base: rope.theta,
-            rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
-            vocab_size: keys.count("vocab_size")?,
+            rope,
             rope_style: RopeStyle::NeoX,
-            rope_scaling: rope.scaling,
             sliding_window,
             qkv_bias: model_type == "qwen2",
             qk_norm: model_type == "qwen3",
@@ -203,7 +191,7 @@ impl Config {
     /// head, a window of at least one token. `error(key, value, message)`
     /// names the key in the source's own spelling.
     fn check(self, error: impl Fn(&str, usize, String) -> ModelError) -> Result<Config> {
-        config::check_heads(self.head_count, self.head_count_kv, self.head_dim, "rope.dimension_count", &error)?;
+        config::check_heads(&self.dims, "rope.dimension_count", &error)?;
         if self.sliding_window == Some(0) {
             return Err(error("sliding_window", 0, "must be positive".into()));
         }
@@ -240,266 +228,108 @@ fn qwen_sliding_window(keys: &HfKeys<'_>) -> Result<Option<usize>> {
     }
 }
 
-/// Grouped-query self-attention:
-/// `attn(x) = W_o · softmax(rope(W_q x) · rope(W_k x)ᵀ / √hd + mask) · W_v x`.
-struct Attention<'t> {
-    attn_q: Weight<'t>,
-    attn_k: Weight<'t>,
-    attn_v: Weight<'t>,
-    attn_output: Weight<'t>,
-    /// Qwen2: biases of the q, k and v projections, where the checkpoint has them.
-    bias: Option<[Tensor<'t>; 3]>,
-    /// Qwen3: RMS-norm weights `[head_dim]` of each query and key head,
-    /// applied before RoPE, where the checkpoint has them.
-    qk_norm: Option<[Tensor<'t>; 2]>,
-    eps: f64,
-    head_count: usize,
-    head_count_kv: usize,
-    head_dim: usize,
-}
-
-impl<'t> Attention<'t> {
-    fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
-        let (hidden, q_dim, kv_dim) = (c.embedding_length, c.head_count * c.head_dim, c.head_count_kv * c.head_dim);
-        let w = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape)?.f32();
-        let m = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape);
-        let bias = |name: &str, len: usize| weights.load(t, &format!("blk.{i}.{name}.bias"), &[len])?.f32();
-        let bias = match c.qkv_bias {
-            true => Some([bias("attn_q", q_dim)?, bias("attn_k", kv_dim)?, bias("attn_v", kv_dim)?]),
-            false => None,
-        };
-        let qk_norm = match c.qk_norm {
-            true => Some([w("attn_q_norm", &[c.head_dim])?, w("attn_k_norm", &[c.head_dim])?]),
-            false => None,
-        };
-        Ok(Attention {
-            attn_q: m("attn_q", &[q_dim, hidden])?,
-            attn_k: m("attn_k", &[kv_dim, hidden])?,
-            attn_v: m("attn_v", &[kv_dim, hidden])?,
-            attn_output: m("attn_output", &[hidden, q_dim])?,
-            bias,
-            qk_norm,
-            eps: c.rms_norm_eps,
-            head_count: c.head_count,
-            head_count_kv: c.head_count_kv,
-            head_dim: c.head_dim,
-        })
-    }
-
-    /// `x [seq, hidden]` -> `[seq, hidden]`. With a cache, this call's keys
-    /// and values are written into it at `cache.start` and the queries
-    /// attend over the whole cache (the mask hides what is not written yet).
-    fn forward(
-        &self,
-        x: &Tensor<'t>,
-        rotation: &Rotation<'t>,
-        mask: &Tensor<'t>,
-        cache: Option<(&mut KvCache<'t>, usize)>,
-    ) -> Result<Tensor<'t>> {
-        let (mut q, mut k, mut v) = (self.attn_q.linear(x)?, self.attn_k.linear(x)?, self.attn_v.linear(x)?);
-        if let Some([bq, bk, bv]) = &self.bias {
-            let seq = &x.ty.shape[..1];
-            let add = |y: &Tensor<'t>, b: &Tensor<'t>| y.add(&b.broadcast_in_dim(&[seq[0], b.ty.shape[0]], &[1])?);
-            (q, k, v) = (add(&q, bq)?, add(&k, bk)?, add(&v, bv)?);
-        }
-        let (mut q, mut k) =
-            (split_heads(&q, self.head_count, self.head_dim)?, split_heads(&k, self.head_count_kv, self.head_dim)?);
-        if let Some([q_norm, k_norm]) = &self.qk_norm {
-            (q, k) = (q.rms_norm(Some(q_norm), self.eps)?, k.rms_norm(Some(k_norm), self.eps)?);
-        }
-        let (q, k) = (rotation.apply(&q)?, rotation.apply(&k)?);
-        let v = split_heads(&v, self.head_count_kv, self.head_dim)?;
-        let (k, v) = match cache {
-            Some((cache, layer)) => cache.write(layer, &k, &v)?,
-            None => (k, v),
-        };
-        let scale = 1.0 / (self.head_dim as f64).sqrt();
-        let a = attention(&q, &k, &v, Some(mask), scale, None)?;
-        self.attn_output.linear(&merge_heads(&a)?)
+impl Config {
+    /// Every block: pre-norm, SwiGLU, attention scaled by `1/√head_dim`
+    /// with Qwen2's biases and Qwen3's per-head norms where the
+    /// architecture has them.
+    fn block(&self) -> BlockConfig {
+        let attention =
+            AttentionConfig { qkv_bias: self.qkv_bias, qk_norm: self.qk_norm, ..AttentionConfig::of(&self.dims) };
+        let feed_forward_length = self.feed_forward_length;
+        BlockConfig { attention, feed_forward_length, activation: Activation::Silu, post_norms: false }
     }
 }
 
-/// SwiGLU feed-forward: `ffn(h) = W_down · (silu(W_gate · h) * W_up · h)`.
-struct FeedForward<'t> {
-    ffn_gate: Weight<'t>,
-    ffn_up: Weight<'t>,
-    ffn_down: Weight<'t>,
-}
-
-impl<'t> FeedForward<'t> {
-    fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
-        let (hidden, ff) = (c.embedding_length, c.feed_forward_length);
-        let m = |name: &str, shape: &[usize]| weights.load(t, &format!("blk.{i}.{name}.weight"), shape);
-        Ok(FeedForward {
-            ffn_gate: m("ffn_gate", &[ff, hidden])?,
-            ffn_up: m("ffn_up", &[ff, hidden])?,
-            ffn_down: m("ffn_down", &[hidden, ff])?,
-        })
+/// Llama's attention, the three projections first, as llama.cpp's
+/// `llm_build_llama` computes them:
+/// `attn(x) = W_o · softmax(rope(norm(W_q x + b_q)) · rope(norm(W_k x + b_k))ᵀ / √hd + mask) · (W_v x + b_v)`,
+/// the biases Qwen2's, the per-head norms Qwen3's.
+fn attention<'t>(
+    a: &Attention<'t>,
+    x: &Tensor<'t>,
+    at: &Positional<'t>,
+    cache: LayerCache<'_, 't>,
+) -> Result<Tensor<'t>> {
+    let c = &a.c;
+    let (mut q, mut k, mut v) = (a.attn_q.linear(x)?, a.attn_k.linear(x)?, a.attn_v.linear(x)?);
+    if let Some([bq, bk, bv]) = &a.bias {
+        (q, k, v) = (add_bias(&q, bq)?, add_bias(&k, bk)?, add_bias(&v, bv)?);
     }
-
-    fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let gate = self.ffn_gate.linear(h)?.silu()?;
-        let up = self.ffn_up.linear(h)?;
-        self.ffn_down.linear(&gate.multiply(&up)?)
+    let (mut q, mut k) = (split_heads(&q, c.head_count, c.head_dim)?, split_heads(&k, c.head_count_kv, c.head_dim)?);
+    if let Some([q_norm, k_norm]) = &a.qk_norm {
+        (q, k) = (q.rms_norm(Some(q_norm), c.eps)?, k.rms_norm(Some(k_norm), c.eps)?);
     }
-}
-
-/// One pre-norm decoder block:
-/// ```text
-/// x = x + attn(rms_norm(x))
-/// x = x + ffn(rms_norm(x))
-/// ```
-struct Block<'t> {
-    attn_norm: Tensor<'t>,
-    attn: Attention<'t>,
-    ffn_norm: Tensor<'t>,
-    ffn: FeedForward<'t>,
-    eps: f64,
-}
-
-impl<'t> Block<'t> {
-    fn load(t: &'t Tracer, weights: &dyn Checkpoint, i: usize, c: &Config) -> Result<Self> {
-        let norm = |name: &str| weights.load(t, &format!("blk.{i}.{name}.weight"), &[c.embedding_length])?.f32();
-        Ok(Block {
-            attn_norm: norm("attn_norm")?,
-            attn: Attention::load(t, weights, i, c)?,
-            ffn_norm: norm("ffn_norm")?,
-            ffn: FeedForward::load(t, weights, i, c)?,
-            eps: c.rms_norm_eps,
-        })
-    }
-
-    fn forward(
-        &self,
-        x: &Tensor<'t>,
-        rotation: &Rotation<'t>,
-        mask: &Tensor<'t>,
-        cache: Option<(&mut KvCache<'t>, usize)>,
-    ) -> Result<Tensor<'t>> {
-        let x = x.add(&self.attn.forward(&x.rms_norm(Some(&self.attn_norm), self.eps)?, rotation, mask, cache)?)?;
-        Ok(x.add(&self.ffn.forward(&x.rms_norm(Some(&self.ffn_norm), self.eps)?)?)?)
-    }
+    let (q, k) = (at.rotation.apply(&q)?, at.rotation.apply(&k)?);
+    a.attend(&q, k, split_heads(&v, c.head_count_kv, c.head_dim)?, &at.mask, cache)
 }
 
 /// The whole model: embedding, blocks, final norm and the output head
 /// (`output.weight`, or `token_embd.weight` when tied: then one param).
 pub struct Llama<'t> {
-    tracer: &'t Tracer,
     /// The hyper-parameters the model was loaded with.
     pub config: Config,
-    token_embd: Weight<'t>,
+    stack: Stack<'t>,
     /// `rope_freqs.weight`: per-frequency divisors (Llama 3.1 GGUFs).
     rope_freqs: Option<Tensor<'t>>,
-    blocks: Vec<Block<'t>>,
-    output_norm: Tensor<'t>,
-    output: Weight<'t>,
 }
 
 impl<'t> Llama<'t> {
     /// Declares every weight in `t`, checking each shape against `c`.
     pub fn load(t: &'t Tracer, c: &Config, weights: &dyn Checkpoint) -> Result<Self> {
-        let c = c.clone();
-        let (vocab, hidden) = (c.vocab_size, c.embedding_length);
-        let token_embd = weights.load(t, "token_embd.weight", &[vocab, hidden])?;
+        let stack = Stack::load(t, weights, &c.dims, &c.block(), attention, false)?;
         let rope_freqs = match weights.contains(ROPE_FREQS) {
-            true => Some(weights.load(t, ROPE_FREQS, &[c.head_dim / 2])?.f32()?),
+            true => Some(weights.load(t, ROPE_FREQS, &[c.dims.head_dim / 2])?.f32()?),
             false => None,
         };
-        let blocks = (0..c.block_count).map(|i| Block::load(t, weights, i, &c)).collect::<Result<Vec<_>>>()?;
-        let (output_norm, output) = load_head(t, weights, &token_embd)?;
-        Ok(Llama { tracer: t, config: c, token_embd, rope_freqs, blocks, output_norm, output })
-    }
-
-    /// `tokens [seq]` i32 at `positions [seq]` i32 -> logits `[seq, vocab]` f32,
-    /// attending causally within the sequence.
-    pub fn forward(&self, tokens: &Tensor<'t>, positions: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let seq = tokens.ty.shape[0];
-        let mask = self.mask(seq, seq, 0.into())?;
-        self.run_blocks(tokens, positions, &mask, None)
-    }
-
-    /// Causal, and within the window if the model slides one.
-    fn mask<'a>(&self, seq: usize, kv_len: usize, offset: QueryOffset<'a, 't>) -> Result<Tensor<'t>>
-    where
-        't: 'a,
-    {
-        Ok(match self.config.sliding_window {
-            Some(window) => sliding_window_mask(self.tracer, seq, kv_len, offset, window)?,
-            None => causal_mask(self.tracer, seq, kv_len, offset)?,
-        })
-    }
-
-    fn run_blocks(
-        &self,
-        tokens: &Tensor<'t>,
-        positions: &Tensor<'t>,
-        mask: &Tensor<'t>,
-        mut cache: Option<&mut KvCache<'t>>,
-    ) -> Result<Tensor<'t>> {
-        let c = &self.config;
-        let rope = Rope::new(c.head_dim, c.rope_freq_base, c.rope_style).with_scaling(c.rope_scaling);
-        let rotation = match &self.rope_freqs {
-            Some(factors) => rope.at_with_freq_factors(positions, factors)?,
-            None => rope.at(positions)?,
-        };
-        let mut x = self.token_embd.rows(tokens)?;
-        for (layer, block) in self.blocks.iter().enumerate() {
-            x = block.forward(&x, &rotation, mask, cache.as_deref_mut().map(|c| (c, layer)))?;
-        }
-        let x = x.rms_norm(Some(&self.output_norm), c.rms_norm_eps)?;
-        self.output.linear(&x)
+        Ok(Llama { config: c.clone(), stack, rope_freqs })
     }
 }
 
 impl<'t> Decoder<'t> for Llama<'t> {
-    fn vocab_size(&self) -> usize {
-        self.config.vocab_size
+    fn dims(&self) -> &Dims {
+        &self.config.dims
     }
 
-    fn cache_types(&self, max_context: usize) -> (TensorType, TensorType) {
-        let c = &self.config;
-        let ty = TensorType::new([c.block_count, c.head_count_kv, max_context, c.head_dim], DType::F32);
-        (ty.clone(), ty)
+    /// Masked causally, and within the window if the model slides one.
+    fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
+        let (c, t, seq) = (&self.config, tokens.tracer(), tokens.ty.shape[0]);
+        let mask = match c.sliding_window {
+            Some(window) => sliding_window_mask(t, seq, at.kv_len, at.q_offset, window)?,
+            None => causal_mask(t, seq, at.kv_len, at.q_offset)?,
+        };
+        let rope = Rope::new(c.dims.head_dim, c.rope.theta, c.rope_style).with_scaling(c.rope.scaling);
+        let rotation = match &self.rope_freqs {
+            Some(factors) => rope.at_with_freq_factors(at.positions, factors)?,
+            None => rope.at(at.positions)?,
+        };
+        let at = Positional { rotation, mask };
+        self.stack.logits(self.stack.embed(tokens)?, |_| &at, cache)
     }
-
-    fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
-        let seq = tokens.ty.shape[0];
-        let positions = cache.positions(seq)?;
-        let mask = self.mask(seq, cache.context(), (&cache.start).into())?;
-        self.run_blocks(tokens, &positions, &mask, Some(cache))
-    }
-}
-
-/// Prefill without a KV cache: `main(tokens: tensor<1 x seq_len x i32>) ->
-/// logits: tensor<1 x seq_len x vocab x f32>`, positions `0..seq_len`;
-/// `seq_len` may be [`crate::graph::DYNAMIC`], one module for every prompt length.
-pub fn prefill(config: &Config, weights: &dyn Checkpoint, seq_len: usize) -> Result<Graph> {
-    let t = Tracer::new("main");
-    let model = Llama::load(&t, config, weights)?;
-    let tokens = t.input("tokens", TensorType::new([1, seq_len], DType::I32))?;
-    let positions = t.iota(0, TensorType::new([seq_len], DType::I32))?;
-    let logits = model.forward(&tokens.reshape(&[seq_len])?, &positions)?;
-    let logits = logits.reshape(&[1, seq_len, model.config.vocab_size])?;
-    Ok(t.finish(&[&logits])?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::DYNAMIC;
+    use crate::graph::{DType, Graph, DYNAMIC};
     use crate::interp::{self, Value};
     use crate::lower::{lower_to_string, LowerOptions};
-    use crate::models::testing::{gguf_bytes, smollm2_path, Fill, Meta};
+    use crate::models::testing::{block_matrices, gguf_bytes, smollm2_path, Fill, Meta};
     use crate::models::{scalar_i32, token_ids, Family, GgufWeights, PackedPolicy};
+    use crate::trace::nn::RopeScaling;
     use std::time::Instant;
 
     fn keep<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> GgufWeights<'_, D> {
         GgufWeights::new(gguf, PackedPolicy::Keep).unwrap()
     }
 
-    /// [`super::prefill`] configured from the GGUF's metadata.
+    /// [`crate::models::prefill`] configured from the GGUF's metadata.
     fn prefill<D: AsRef<[u8]>>(weights: &GgufWeights<'_, D>, seq_len: usize) -> Result<Graph> {
-        super::prefill(&Config::from_gguf(weights.gguf)?, weights, seq_len)
+        crate::models::prefill(&Family::from_gguf(weights.gguf)?, weights, seq_len)
+    }
+
+    /// [`crate::models::prefill`] of `config`.
+    fn prefill_of(config: &Config, weights: &dyn Checkpoint, seq_len: usize) -> Result<Graph> {
+        crate::models::prefill(&Family::Llama(config.clone()), weights, seq_len)
     }
 
     fn entry_points<D: AsRef<[u8]>>(weights: &GgufWeights<'_, D>, max_context: usize, n: usize) -> Result<Vec<Graph>> {
@@ -508,22 +338,6 @@ mod tests {
 
     fn smollm2() -> Gguf {
         Gguf::open(&smollm2_path()).unwrap_or_else(|e| panic!("{e} (run `make setup`)"))
-    }
-
-    #[test]
-    fn smollm2_traces_one_param_per_tensor() {
-        let gguf = smollm2();
-        let start = Instant::now();
-        let graph = prefill(&keep(&gguf), 6).unwrap();
-        eprintln!("trace: {:.2?}, {} nodes", start.elapsed(), graph.nodes().len());
-        let params: Vec<&str> = graph.params().map(|(_, name, _)| name).collect();
-        assert_eq!(params.len(), 272);
-        assert_eq!(params.len(), gguf.tensors().len());
-        assert!(!params.contains(&"output.weight"), "the tied head is token_embd.weight");
-        assert_eq!(graph.inputs().len(), 1);
-        let tokens = graph.node(graph.inputs()[0]);
-        assert_eq!((tokens.name.as_str(), tokens.ty.to_string().as_str()), ("tokens", "tensor<1x6xi32>"));
-        assert_eq!(graph.node(graph.outputs()[0]).ty.to_string(), "tensor<1x6x49152xf32>");
     }
 
     #[test]
@@ -568,15 +382,7 @@ mod tests {
         for i in 0..blocks {
             let w = |n: &str| format!("blk.{i}.{n}.weight");
             tensors.push((w("attn_norm"), vec![hidden], 0, f32s(hidden, 1.0)));
-            for (n, rows, cols) in [
-                ("attn_q", heads * hd, hidden),
-                ("attn_k", kv_heads * hd, hidden),
-                ("attn_v", kv_heads * hd, hidden),
-                ("attn_output", hidden, heads * hd),
-                ("ffn_gate", ff, hidden),
-                ("ffn_up", ff, hidden),
-                ("ffn_down", hidden, ff),
-            ] {
+            for (n, rows, cols) in block_matrices(hidden, heads, kv_heads, hd, ff) {
                 tensors.push((w(n), vec![rows, cols], Q8_0, q8_0(rows * cols)));
             }
             tensors.push((w("ffn_norm"), vec![hidden], 0, f32s(hidden, 1.0)));
@@ -787,13 +593,13 @@ mod tests {
         else {
             panic!("a llama config")
         };
-        assert_eq!((c.head_dim, c.head_count_kv, c.rope_style), (8, 2, RopeStyle::NeoX));
-        assert_eq!((c.rope_freq_base, c.rms_norm_eps), (10000.0, 1e-6), "HF's defaults");
+        assert_eq!((c.dims.head_dim, c.dims.head_count_kv, c.rope_style), (8, 2, RopeStyle::NeoX));
+        assert_eq!((c.rope.theta, c.dims.rms_norm_eps), (10000.0, 1e-6), "HF's defaults");
         assert!(hf(json!({"model_type": "mistral", "sliding_window": null})).is_ok());
         let Ok(Family::Llama(c)) = hf(json!({"model_type": "mistral", "sliding_window": 4096})) else { panic!() };
         assert_eq!(c.sliding_window, Some(4096));
         let Ok(Family::Llama(c)) = hf(json!({"head_dim": 16})) else { panic!("a llama config") };
-        assert_eq!(c.head_dim, 16);
+        assert_eq!(c.dims.head_dim, 16);
 
         // transformers 4.x and 5.x spellings of the same rope.
         let llama3 = json!({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -805,20 +611,20 @@ mod tests {
             original_max_position_embeddings: 8192,
         };
         let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": llama3, "rope_theta": 500000.0})) else { panic!() };
-        assert_eq!((c.rope_scaling, c.rope_freq_base), (want, 500000.0));
+        assert_eq!((c.rope.scaling, c.rope.theta), (want, 500000.0));
         let mut v5 = llama3.clone();
         v5["rope_theta"] = json!(500000.0);
         let Ok(Family::Llama(c)) = hf(json!({"rope_parameters": v5})) else { panic!("5.x rope_parameters") };
-        assert_eq!((c.rope_scaling, c.rope_freq_base), (want, 500000.0), "the issue's wrong export");
+        assert_eq!((c.rope.scaling, c.rope.theta), (want, 500000.0), "the issue's wrong export");
         let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": {"type": "linear", "factor": 2.0}})) else { panic!() };
-        assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 2.0 });
+        assert_eq!(c.rope.scaling, RopeScaling::Linear { factor: 2.0 });
         let Ok(Family::Llama(c)) = hf(json!({"model_type": "qwen2", "max_position_embeddings": 4096,
             "rope_scaling": {"type": "yarn", "factor": 4.0}}))
         else {
             panic!("Qwen2.5's yarn")
         };
         let yarn = yarn_defaults_4x_of_4096();
-        assert_eq!((c.architecture.as_str(), c.rope_scaling, c.qkv_bias), ("qwen2", yarn, true));
+        assert_eq!((c.architecture.as_str(), c.rope.scaling, c.qkv_bias), ("qwen2", yarn, true));
 
         let refused = [
             (json!({"model_type": "gpt2"}), "model_type \"gpt2\" (no architectures) is not supported; kiln exports llama"),
@@ -870,7 +676,7 @@ mod tests {
             "use_cache": true, "vocab_size": 49152
         });
         let Ok(Family::Llama(c)) = hf(smollm2) else { panic!("SmolLM2's config") };
-        assert_eq!((c.head_count, c.head_count_kv, c.head_dim, c.rope_freq_base), (9, 3, 64, 100000.0));
+        assert_eq!((c.dims.head_count, c.dims.head_count_kv, c.dims.head_dim, c.rope.theta), (9, 3, 64, 100000.0));
         // Qwen with a window on every layer, or with the window off.
         let Ok(Family::Llama(c)) =
             hf(json!({"model_type": "qwen2", "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 0}))
@@ -952,7 +758,7 @@ mod tests {
         ])
         .unwrap();
         let yarn = yarn_defaults_4x_of_4096();
-        assert_eq!(c.rope_scaling, yarn);
+        assert_eq!(c.rope.scaling, yarn);
     }
 
     /// Qwen2's projection biases and Qwen3's per-head q/k norms are params
@@ -983,7 +789,7 @@ mod tests {
         let no_bias = Gguf::parse(tiny("qwen2", true, &biases)).unwrap();
         let mut config = Config::from_gguf(&no_bias).unwrap();
         config.qkv_bias = false;
-        let graph = super::prefill(&config, &keep(&no_bias), 4).unwrap();
+        let graph = prefill_of(&config, &keep(&no_bias), 4).unwrap();
         let plain = interp::run(&graph, &[tokens(&[1, 5, 9, 3])], &keep(&no_bias)).unwrap().remove(0).to_f64_vec();
         assert_ne!(logits(&qwen2), plain, "the biases count");
     }
@@ -1000,7 +806,7 @@ mod tests {
             original_max_position_embeddings: 64,
         };
         let hd = 8;
-        let divisors = llama3.freq_divisors(hd, 10000.0);
+        let divisors = crate::models::synth::freq_divisors(RopeConfig { theta: 10000.0, scaling: llama3 }, hd).unwrap();
         assert!(divisors[0] == 1.0 && divisors[3] == 8.0 && divisors[1] > 1.0, "{divisors:?}: every branch is taken");
         let bytes = divisors.iter().flat_map(|d| d.to_le_bytes()).collect();
         let with =
@@ -1009,11 +815,11 @@ mod tests {
         let plain = Gguf::parse(tiny("llama", true, &[])).unwrap();
         let ids = [1, 5, 9, 3, 7, 2, 11, 4, 6, 0, 13, 8];
         let logits = |config: &Config, gguf: &Gguf<Vec<u8>>| {
-            let graph = super::prefill(config, &keep(gguf), ids.len()).unwrap();
+            let graph = prefill_of(config, &keep(gguf), ids.len()).unwrap();
             interp::run(&graph, &[tokens(&ids)], &keep(gguf)).unwrap().remove(0).to_f64_vec()
         };
         let mut scaled = Config::from_gguf(&plain).unwrap();
-        scaled.rope_scaling = llama3;
+        scaled.rope.scaling = llama3;
         let from_tensor = logits(&Config::from_gguf(&with).unwrap(), &with);
         let unscaled = logits(&Config::from_gguf(&plain).unwrap(), &plain);
         let diff = max_abs_diff(&from_tensor, &logits(&scaled, &plain));

@@ -1,12 +1,17 @@
 //! Model front-ends: each architecture traces its forward pass from a
 //! checkpoint's metadata and tensor table, one file per family
-//! ([`llama`], [`gemma3`], [`gemma3n`]). This module holds what they share: [`GgufWeights`], which
-//! decides how each GGUF tensor becomes a graph param under the caller's
-//! [`PackedPolicy`] and feeds the same values to the reference interpreter,
-//! [`Weight`], a declared param with what it takes to read it as f32,
-//! and the head reshapes of multi-head attention. Hugging Face safetensors
-//! checkpoints are read through [`hf`].
+//! ([`llama`], [`gemma3`], [`gemma3n`]) holding its equations over shared blocks
+//! (`blocks.rs`: a block's tensors, the gated feed-forward, attention, the
+//! head) and shared config readers ([`config`]). This module holds what
+//! the families plug into: [`GgufWeights`], which decides how each GGUF
+//! tensor becomes a graph param under the caller's [`PackedPolicy`] and
+//! feeds the same values to the reference interpreter, [`Weight`], a
+//! declared param with what it takes to read it as f32, the [`Decoder`]
+//! trait, and the serving graphs traced from it. Hugging Face safetensors
+//! checkpoints are read through [`hf`]; [`synth`] writes synthetic GGUFs of
+//! the families.
 
+mod blocks;
 mod cache;
 pub mod config;
 pub mod gemma3;
@@ -19,7 +24,7 @@ pub use cache::{Cache, KvCache};
 
 use crate::graph::{DType, Graph, ReduceKind, TensorType, DYNAMIC};
 use crate::interp::{Buffer, InterpError, ParamSource, Value};
-use crate::trace::nn::to_f32;
+use crate::trace::nn::{to_f32, QueryOffset};
 use crate::trace::{dequant, Tensor, TraceError, Tracer};
 use crate::weights::archive::{self, DerivedParam, Encoding};
 use crate::weights::ggml::GgmlType;
@@ -508,17 +513,66 @@ impl<'t> Weight<'t> {
 /// A decoder-only language model traced into one function: what the entry
 /// points need from a family.
 pub trait Decoder<'t> {
+    /// The model's sizes.
+    fn dims(&self) -> &config::Dims;
+
+    /// Features per value head: the head's, unless the family says.
+    fn value_length(&self) -> usize {
+        self.dims().head_dim
+    }
+
     /// Rows of the output head: the logits' last dim.
-    fn vocab_size(&self) -> usize;
+    fn vocab_size(&self) -> usize {
+        self.dims().vocab_size
+    }
 
     /// The key and value caches' types for `max_context` positions:
     /// `[layers, kv_heads, max_context, dim]` f32.
-    fn cache_types(&self, max_context: usize) -> (TensorType, TensorType);
+    fn cache_types(&self, max_context: usize) -> (TensorType, TensorType) {
+        let d = self.dims();
+        let ty = |dim: usize| TensorType::new([d.block_count, d.head_count_kv, max_context, dim], DType::F32);
+        (ty(d.head_dim), ty(self.value_length()))
+    }
 
-    /// `tokens [seq]` i32 at positions `cache.start..` -> logits `[seq,
-    /// vocab]` f32, attending over the cache after writing this call's keys
-    /// and values into it.
-    fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>>;
+    /// `tokens [seq]` i32 -> logits `[seq, vocab]` f32 at the positions of
+    /// `at`; with a cache, the queries attend over it, after this call's
+    /// keys and values are written into it at `cache.start`.
+    fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>>;
+
+    /// [`Decoder::forward`] at the cache's next positions, attending over
+    /// the whole cache.
+    fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
+        let positions = cache.positions(tokens.ty.shape[0])?;
+        let start = cache.start.clone();
+        let at = Span { positions: &positions, kv_len: cache.context(), q_offset: (&start).into() };
+        self.forward(tokens, at, Some(cache))
+    }
+}
+
+/// Where the tokens of a forward pass are: their positions (`[seq]` i32),
+/// and how their queries see the keys: `kv_len` of them, the first query at
+/// `q_offset` among them.
+#[derive(Clone, Copy, Debug)]
+pub struct Span<'a, 't> {
+    /// Each token's position, for the rotary embedding.
+    pub positions: &'a Tensor<'t>,
+    /// How many keys the queries attend to.
+    pub kv_len: usize,
+    /// The first query's position among the keys, for the causal mask.
+    pub q_offset: QueryOffset<'a, 't>,
+}
+
+/// Prefill without a KV cache: `main(tokens: tensor<1 x seq_len x i32>) ->
+/// logits: tensor<1 x seq_len x vocab x f32>`, positions `0..seq_len`;
+/// `seq_len` may be [`DYNAMIC`], one module for every prompt length.
+pub fn prefill(family: &Family, weights: &dyn Checkpoint, seq_len: usize) -> Result<Graph> {
+    let t = Tracer::new("main");
+    let model = family.load(&t, weights)?;
+    let tokens = t.input("tokens", TensorType::new([1, seq_len], DType::I32))?;
+    let positions = t.iota(0, TensorType::new([seq_len], DType::I32))?;
+    let at = Span { positions: &positions, kv_len: seq_len, q_offset: 0.into() };
+    let logits = model.forward(&tokens.reshape(&[seq_len])?, at, None)?;
+    Ok(t.finish(&[&logits.reshape(&[1, seq_len, model.vocab_size()])?])?)
 }
 
 /// A model family with its hyper-parameters: what a checkpoint holds.
@@ -737,23 +791,6 @@ fn finish_cached<'t>(
     Ok(t.finish(&[&logits, &cache.keys.0, &cache.values.0])?)
 }
 
-/// The final norm and the output head of a decoder, after its blocks:
-/// `output.weight`, or the embedding itself when the head is tied (then
-/// one param serves both).
-pub(crate) fn load_head<'t>(
-    t: &'t Tracer,
-    weights: &dyn Checkpoint,
-    token_embd: &Weight<'t>,
-) -> Result<(Tensor<'t>, Weight<'t>)> {
-    let hidden = token_embd.shape[1];
-    let output_norm = weights.load(t, "output_norm.weight", &[hidden])?.f32()?;
-    let output = match weights.contains("output.weight") {
-        true => weights.load(t, "output.weight", &token_embd.shape)?,
-        false => token_embd.clone(),
-    };
-    Ok((output_norm, output))
-}
-
 /// Token ids as the entry points take them: `tensor<1xNxi32>`.
 pub fn token_ids(ids: &[u32]) -> Value {
     let ids = ids.iter().map(|&id| id as i32).collect::<Vec<_>>();
@@ -763,18 +800,6 @@ pub fn token_ids(ids: &[u32]) -> Value {
 /// A position or a count as the entry points take it: `tensor<i32>`.
 pub fn scalar_i32(value: i32) -> Value {
     Value::new(TensorType::new([], DType::I32), Buffer::I32(vec![value])).expect("one element")
-}
-
-/// `x [seq, n·hd] -> [n, seq, hd]`
-pub(crate) fn split_heads<'t>(x: &Tensor<'t>, heads: usize, head_dim: usize) -> Result<Tensor<'t>> {
-    let seq = x.ty.shape[0];
-    Ok(x.reshape(&[seq, heads, head_dim])?.transpose(&[1, 0, 2])?)
-}
-
-/// `x [n, seq, hd] -> [seq, n·hd]`
-pub(crate) fn merge_heads<'t>(x: &Tensor<'t>) -> Result<Tensor<'t>> {
-    let (heads, seq, head_dim) = (x.ty.shape[0], x.ty.shape[1], x.ty.shape[2]);
-    Ok(x.transpose(&[1, 0, 2])?.reshape(&[seq, heads * head_dim])?)
 }
 
 impl<D: AsRef<[u8]>> ParamSource for GgufWeights<'_, D> {
@@ -804,6 +829,27 @@ pub(crate) mod testing {
             .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
             .expect("HOME or XDG_CACHE_HOME is set");
         cache.join("kiln/gemma-3-270m-q4_k_m.gguf")
+    }
+
+    /// The seven matrices of a tiny test block, `(GGUF name, rows, cols)`:
+    /// q, k, v and output projections of `heads` (and `kv_heads`) heads of
+    /// `hd`, and the gated feed-forward of `ff`.
+    pub fn block_matrices(
+        hidden: usize,
+        heads: usize,
+        kv_heads: usize,
+        hd: usize,
+        ff: usize,
+    ) -> [(&'static str, usize, usize); 7] {
+        [
+            ("attn_q", heads * hd, hidden),
+            ("attn_k", kv_heads * hd, hidden),
+            ("attn_v", kv_heads * hd, hidden),
+            ("attn_output", hidden, heads * hd),
+            ("ffn_gate", ff, hidden),
+            ("ffn_up", ff, hidden),
+            ("ffn_down", hidden, ff),
+        ]
     }
 
     /// A metadata value for [`gguf_bytes`].
@@ -872,6 +918,29 @@ mod tests {
     use crate::interp;
     use crate::iree::Iree;
     use crate::weights::safetensors::SafeTensors;
+
+    /// The real checkpoints trace with one param per tensor (the tied head
+    /// is `token_embd.weight`), the tokens their only input.
+    #[test]
+    fn checkpoints_trace_one_param_per_tensor() {
+        for (path, params, vocab) in [(testing::smollm2_path(), 272, 49152), (testing::gemma3_path(), 236, 262144)] {
+            let gguf = Gguf::open(&path).unwrap_or_else(|e| panic!("{e} (run `make setup`)"));
+            let start = std::time::Instant::now();
+            let graph =
+                prefill(&Family::from_gguf(&gguf).unwrap(), &GgufWeights::new(&gguf, PackedPolicy::Keep).unwrap(), 6)
+                    .unwrap();
+            eprintln!("{}: trace {:.2?}, {} nodes", path.display(), start.elapsed(), graph.nodes().len());
+            let names: Vec<&str> = graph.params().map(|(_, name, _)| name).collect();
+            assert_eq!((names.len(), gguf.tensors().len()), (params, params));
+            assert!(!names.contains(&"output.weight"), "the tied head is token_embd.weight");
+            let tokens = graph.node(graph.inputs()[0]);
+            assert_eq!(
+                (graph.inputs().len(), tokens.name.as_str(), tokens.ty.to_string()),
+                (1, "tokens", "tensor<1x6xi32>".into())
+            );
+            assert_eq!(graph.node(graph.outputs()[0]).ty.to_string(), format!("tensor<1x6x{vocab}xf32>"));
+        }
+    }
 
     /// (type, in): SmolLM2's 18-block Q4_1 rows (tiles of 4 blocks plus a
     /// 2-block tail), an even Q8_0 row, Q5_0, and the K-quants of Gemma 3.

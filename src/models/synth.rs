@@ -16,11 +16,16 @@
 //! end-to-end tests: llama.cpp's Q8_0 mix (every matrix Q8_0, norms F32) and
 //! a byte-level GPT-2 vocabulary, so `kiln run` can tokenize a prompt for it.
 
-use crate::trace::nn::RopeScaling;
+use super::config::{Dims, RopeConfig};
+use super::Result;
+use crate::interp;
+use crate::trace::nn::{Rope, RopeScaling, RopeStyle};
+use crate::trace::Tracer;
 use crate::weights::ggml::GgmlType;
 use crate::weights::gguf::ValueType;
 use crate::weights::gguf_writer::{GgufWriter, TensorData, Value, WriteSummary};
 use crate::weights::WeightsError;
+use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
@@ -110,31 +115,18 @@ pub struct SynthConfig {
     pub arch: Arch,
     /// `general.name`
     pub name: String,
-    /// Number of decoder blocks.
-    pub block_count: usize,
-    /// Width of the residual stream.
-    pub embedding_length: usize,
+    /// The sizes, as the front-ends read them back.
+    pub dims: Dims,
     /// Width of the feed-forward layer.
     pub feed_forward_length: usize,
-    /// Query heads per block.
-    pub head_count: usize,
-    /// Key/value heads per block.
-    pub head_count_kv: usize,
-    /// Features per head.
-    pub head_dim: usize,
-    /// Number of tokens.
-    pub vocab_size: usize,
     /// The context length the model claims.
     pub context_length: usize,
-    /// Rotary base frequency.
-    pub rope_freq_base: f32,
-    /// The RMS norms' epsilon.
-    pub rms_norm_eps: f32,
+    /// The rotary base frequency and scaling; a scaling is written as
+    /// llama.cpp's converter writes Llama 3.1's, a `rope_freqs.weight`
+    /// tensor of per-frequency divisors.
+    pub rope: RopeConfig,
     /// Gemma 3's local-attention window.
     pub sliding_window: Option<usize>,
-    /// Rope scaling written as llama.cpp's converter writes Llama 3.1's: a
-    /// `rope_freqs.weight` tensor of per-frequency divisors.
-    pub rope_freqs: Option<RopeScaling>,
     /// No `output.weight`: the head reuses `token_embd.weight`.
     pub tied_embeddings: bool,
     /// Overrides the mix's choice for `token_embd.weight`.
@@ -192,18 +184,19 @@ impl Preset {
             Preset::Llama3_8b => SynthConfig {
                 arch: Arch::Llama,
                 name,
-                block_count: 32,
-                embedding_length: 4096,
+                dims: Dims {
+                    block_count: 32,
+                    embedding_length: 4096,
+                    head_count: 32,
+                    head_count_kv: 8,
+                    head_dim: 128,
+                    vocab_size: 128256,
+                    rms_norm_eps: 1e-5,
+                },
                 feed_forward_length: 14336,
-                head_count: 32,
-                head_count_kv: 8,
-                head_dim: 128,
-                vocab_size: 128256,
                 context_length: 8192,
-                rope_freq_base: 500000.0,
-                rms_norm_eps: 1e-5,
+                rope: RopeConfig { theta: 500000.0, scaling: RopeScaling::None },
                 sliding_window: None,
-                rope_freqs: None,
                 tied_embeddings: false,
                 token_embd_type: None,
                 quant: Quant::Q4KM,
@@ -214,18 +207,19 @@ impl Preset {
             Preset::Gemma3_4_5b => SynthConfig {
                 arch: Arch::Gemma3,
                 name,
-                block_count: 35,
-                embedding_length: 2048,
+                dims: Dims {
+                    block_count: 35,
+                    embedding_length: 2048,
+                    head_count: 8,
+                    head_count_kv: 4,
+                    head_dim: 256,
+                    vocab_size: 262144,
+                    rms_norm_eps: 1e-6,
+                },
                 feed_forward_length: 16384,
-                head_count: 8,
-                head_count_kv: 4,
-                head_dim: 256,
-                vocab_size: 262144,
                 context_length: 131072,
-                rope_freq_base: 1_000_000.0,
-                rms_norm_eps: 1e-6,
+                rope: RopeConfig { theta: 1_000_000.0, scaling: RopeScaling::None },
                 sliding_window: Some(1024),
-                rope_freqs: None,
                 tied_embeddings: true,
                 token_embd_type: Some(GgmlType::F32),
                 quant: Quant::Q4KM,
@@ -235,23 +229,27 @@ impl Preset {
             Preset::Llama1b => SynthConfig {
                 arch: Arch::Llama,
                 name,
-                block_count: 16,
-                embedding_length: 2048,
+                dims: Dims {
+                    block_count: 16,
+                    embedding_length: 2048,
+                    head_count: 32,
+                    head_count_kv: 8,
+                    head_dim: 64,
+                    vocab_size: 128256,
+                    rms_norm_eps: 1e-5,
+                },
                 feed_forward_length: 8192,
-                head_count: 32,
-                head_count_kv: 8,
-                head_dim: 64,
-                vocab_size: 128256,
                 context_length: 131072,
-                rope_freq_base: 500000.0,
-                rms_norm_eps: 1e-5,
+                rope: RopeConfig {
+                    theta: 500000.0,
+                    scaling: RopeScaling::Llama3 {
+                        factor: 32.0,
+                        low_freq_factor: 1.0,
+                        high_freq_factor: 4.0,
+                        original_max_position_embeddings: 8192,
+                    },
+                },
                 sliding_window: None,
-                rope_freqs: Some(RopeScaling::Llama3 {
-                    factor: 32.0,
-                    low_freq_factor: 1.0,
-                    high_freq_factor: 4.0,
-                    original_max_position_embeddings: 8192,
-                }),
                 tied_embeddings: true,
                 token_embd_type: None,
                 quant: Quant::Q4KM,
@@ -262,18 +260,19 @@ impl Preset {
             Preset::TinyLlama => SynthConfig {
                 arch: Arch::Llama,
                 name,
-                block_count: 2,
-                embedding_length: 64,
+                dims: Dims {
+                    block_count: 2,
+                    embedding_length: 64,
+                    head_count: 4,
+                    head_count_kv: 2,
+                    head_dim: 16,
+                    vocab_size: 256,
+                    rms_norm_eps: 1e-5,
+                },
                 feed_forward_length: 128,
-                head_count: 4,
-                head_count_kv: 2,
-                head_dim: 16,
-                vocab_size: 256,
                 context_length: 2048,
-                rope_freq_base: 10000.0,
-                rms_norm_eps: 1e-5,
+                rope: RopeConfig { theta: 10000.0, scaling: RopeScaling::None },
                 sliding_window: None,
-                rope_freqs: None,
                 tied_embeddings: false,
                 token_embd_type: None,
                 quant: Quant::Q8_0,
@@ -284,18 +283,19 @@ impl Preset {
             Preset::Gemma3nE2b => SynthConfig {
                 arch: Arch::Gemma3n { per_layer_input: 256, laurel_rank: 64, shared_kv_layers: 10, sparse_layers: 10 },
                 name,
-                block_count: 30,
-                embedding_length: 2048,
+                dims: Dims {
+                    block_count: 30,
+                    embedding_length: 2048,
+                    head_count: 8,
+                    head_count_kv: 2,
+                    head_dim: 256,
+                    vocab_size: 262144,
+                    rms_norm_eps: 1e-6,
+                },
                 feed_forward_length: 8192,
-                head_count: 8,
-                head_count_kv: 2,
-                head_dim: 256,
-                vocab_size: 262144,
                 context_length: 32768,
-                rope_freq_base: 1_000_000.0,
-                rms_norm_eps: 1e-6,
+                rope: RopeConfig { theta: 1_000_000.0, scaling: RopeScaling::None },
                 sliding_window: Some(512),
-                rope_freqs: None,
                 tied_embeddings: true,
                 token_embd_type: None,
                 quant: Quant::Q4KM,
@@ -314,7 +314,7 @@ impl fmt::Display for Preset {
 impl FromStr for Preset {
     type Err = String;
 
-    fn from_str(s: &str) -> Result<Preset, String> {
+    fn from_str(s: &str) -> std::result::Result<Preset, String> {
         Preset::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
             let names: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
             format!("no synthetic preset named \"{s}\"; try one of: {}", names.join(", "))
@@ -344,15 +344,16 @@ pub type SynthTensor = (String, Vec<usize>, GgmlType);
 
 /// Every tensor, in the order llama.cpp's converters write them.
 pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
-    let (hidden, ff, vocab) = (c.embedding_length, c.feed_forward_length, c.vocab_size);
-    let (q_dim, kv_dim) = (c.head_count * c.head_dim, c.head_count_kv * c.head_dim);
-    let n = c.block_count;
+    let d = &c.dims;
+    let (hidden, ff, vocab) = (d.embedding_length, c.feed_forward_length, d.vocab_size);
+    let (q_dim, kv_dim) = (d.head_count * d.head_dim, d.head_count_kv * d.head_dim);
+    let n = d.block_count;
     let q = |more_bits: bool| c.quant.matrix(more_bits);
     let mut out: Vec<SynthTensor> = Vec::new();
     let mut add = |name: String, shape: &[usize], ty| out.push((name, shape.to_vec(), ty));
 
-    if c.rope_freqs.is_some() {
-        add(ROPE_FREQS.into(), &[c.head_dim / 2], GgmlType::F32);
+    if c.rope.scaling != RopeScaling::None {
+        add(ROPE_FREQS.into(), &[d.head_dim / 2], GgmlType::F32);
     }
     // Tied, the embedding is quantized as the output head would be.
     let embd_type = c.token_embd_type.unwrap_or(q(c.tied_embeddings));
@@ -374,8 +375,8 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
         add(blk("attn_v"), &[kv_dim, hidden], q(more));
         add(blk("attn_output"), &[hidden, q_dim], q(false));
         if c.arch.gemma_block() {
-            add(blk("attn_q_norm"), &[c.head_dim], GgmlType::F32);
-            add(blk("attn_k_norm"), &[c.head_dim], GgmlType::F32);
+            add(blk("attn_q_norm"), &[d.head_dim], GgmlType::F32);
+            add(blk("attn_k_norm"), &[d.head_dim], GgmlType::F32);
             add(blk("post_attention_norm"), &[hidden], GgmlType::F32);
         }
         add(blk("ffn_norm"), &[hidden], GgmlType::F32);
@@ -411,8 +412,8 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
 }
 
 /// A writer with the model's metadata and tensors declared.
-pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter, WeightsError> {
-    let mut w = GgufWriter::new(path);
+pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter> {
+    let (d, mut w) = (&c.dims, GgufWriter::new(path));
     let arch = c.arch.name();
     // UINT32 as llama.cpp writes them, unless a made-up config needs more.
     let int = |v: usize| u32::try_from(v).map(Value::U32).unwrap_or(Value::U64(v as u64));
@@ -422,19 +423,19 @@ pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter, WeightsError> 
     w.add("general.quantization_version", QNT_VERSION)?;
     let mut keys = vec![
         ("context_length", int(c.context_length)),
-        ("embedding_length", int(c.embedding_length)),
-        ("block_count", int(c.block_count)),
+        ("embedding_length", int(d.embedding_length)),
+        ("block_count", int(d.block_count)),
         ("feed_forward_length", int(c.feed_forward_length)),
-        ("attention.head_count", int(c.head_count)),
-        ("attention.head_count_kv", int(c.head_count_kv)),
-        ("rope.freq_base", Value::F32(c.rope_freq_base)),
-        ("attention.layer_norm_rms_epsilon", Value::F32(c.rms_norm_eps)),
-        ("rope.dimension_count", int(c.head_dim)),
-        ("vocab_size", int(c.vocab_size)),
+        ("attention.head_count", int(d.head_count)),
+        ("attention.head_count_kv", int(d.head_count_kv)),
+        ("rope.freq_base", Value::F32(c.rope.theta as f32)),
+        ("attention.layer_norm_rms_epsilon", Value::F32(d.rms_norm_eps as f32)),
+        ("rope.dimension_count", int(d.head_dim)),
+        ("vocab_size", int(d.vocab_size)),
     ];
-    if c.arch.gemma_block() || c.head_dim * c.head_count != c.embedding_length {
-        keys.push(("attention.key_length", int(c.head_dim)));
-        keys.push(("attention.value_length", int(c.head_dim)));
+    if c.arch.gemma_block() || d.head_dim * d.head_count != d.embedding_length {
+        keys.push(("attention.key_length", int(d.head_dim)));
+        keys.push(("attention.value_length", int(d.head_dim)));
     }
     if let Some(window) = c.sliding_window {
         keys.push(("attention.sliding_window", int(window)));
@@ -443,7 +444,7 @@ pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter, WeightsError> 
         // As conversion/gemma.py's Gemma3NModel writes them: per-layer
         // arrays, and neither rope.dimension_count nor vocab_size.
         keys.retain(|(k, _)| !["feed_forward_length", "rope.dimension_count", "vocab_size"].contains(k));
-        let layers = 0..c.block_count;
+        let layers = 0..d.block_count;
         // Φ⁻¹(0.95) as torch computes it in f32, -inf for the dense layers.
         let sparsity = layers.clone().map(|i| if i < sparse_layers { 1.644_853_6 } else { f32::NEG_INFINITY });
         let sliding = layers.clone().map(|i| Value::Bool(!(i + 1).is_multiple_of(5)));
@@ -463,7 +464,7 @@ pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter, WeightsError> 
         w.add(&format!("{arch}.{key}"), value)?;
     }
     if c.byte_tokenizer {
-        add_byte_tokenizer(&mut w, c.vocab_size, path)?;
+        add_byte_tokenizer(&mut w, d.vocab_size, path)?;
     }
     for (name, shape, ty) in tensors(c) {
         w.add_tensor(&name, &shape, ty)?;
@@ -473,12 +474,13 @@ pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter, WeightsError> 
 
 /// `tokenizer.ggml.*` of a byte-level BPE vocabulary without merges, as
 /// llama.cpp's `gpt2` tokenizer reads it: a text becomes one token per byte.
-fn add_byte_tokenizer(w: &mut GgufWriter, vocab_size: usize, path: &Path) -> Result<(), WeightsError> {
+fn add_byte_tokenizer(w: &mut GgufWriter, vocab_size: usize, path: &Path) -> Result<()> {
     if vocab_size < 256 {
         return Err(WeightsError::Format {
             path: path.to_path_buf(),
             message: format!("a byte-level vocabulary needs 256 tokens or more, not {vocab_size}"),
-        });
+        }
+        .into());
     }
     let alphabet = crate::tokenizer::gpt2_alphabet();
     let tokens = (0..vocab_size).map(|i| match alphabet.get(i) {
@@ -497,27 +499,40 @@ fn add_byte_tokenizer(w: &mut GgufWriter, vocab_size: usize, path: &Path) -> Res
 
 /// Writes the synthetic checkpoint to `path` (atomically, in bounded
 /// memory). `rope_freqs.weight` holds its real values whatever `data` says.
-pub fn write(c: &SynthConfig, path: &Path, data: SynthData) -> Result<WriteSummary, WeightsError> {
-    let rope_freqs: Vec<u8> = match c.rope_freqs {
-        Some(scaling) => {
-            scaling.freq_divisors(c.head_dim, c.rope_freq_base.into()).iter().flat_map(|f| f.to_le_bytes()).collect()
-        }
-        None => vec![],
+pub fn write(c: &SynthConfig, path: &Path, data: SynthData) -> Result<WriteSummary> {
+    let rope_freqs: Vec<u8> = match c.rope.scaling {
+        RopeScaling::None => vec![],
+        _ => freq_divisors(c.rope, c.dims.head_dim)?.iter().flat_map(|f| f.to_le_bytes()).collect(),
     };
     let w = writer(c, path)?;
     let rope_freqs_at = w.tensors().iter().position(|t| t.name == ROPE_FREQS);
-    w.write_data(|i| match data {
+    Ok(w.write_data(|i| match data {
         _ if Some(i) == rope_freqs_at => TensorData::Bytes(&rope_freqs),
         SynthData::Zeros => TensorData::Zeros,
         // Distinct per tensor, and the same whatever else the file holds.
         SynthData::Seeded(seed) => TensorData::Seeded(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-    })
+    })?)
+}
+
+/// What each of the `head_dim / 2` rotary frequencies is divided by under
+/// `rope.scaling`: llama.cpp's `rope_freqs.weight`, as its converter writes
+/// it for Llama 3.1 (`LlamaModel.generate_extra_tensors`). They are
+/// [`Rope::inv_freq`]'s own frequencies, unscaled over scaled, run by the
+/// interpreter, so that the file and the in-graph scaling agree.
+pub(crate) fn freq_divisors(rope: RopeConfig, head_dim: usize) -> Result<Vec<f32>> {
+    let t = Tracer::new("freq_divisors");
+    let inv_freq = |scaling| Rope::new(head_dim, rope.theta, RopeStyle::NeoX).with_scaling(scaling).inv_freq(&t);
+    let divisors = inv_freq(RopeScaling::None)?.divide(&inv_freq(rope.scaling)?)?;
+    let graph = t.finish(&[&divisors])?;
+    let values =
+        interp::run(&graph, &[], &HashMap::new()).expect("the interpreter runs a graph without inputs or params");
+    Ok(values[0].to_f64_vec().into_iter().map(|d| d as f32).collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::llama::{self, Config};
+    use crate::models::llama::Config;
     use crate::weights::gguf::Gguf;
     use crate::weights::quant;
     use std::os::unix::fs::MetadataExt;
@@ -595,12 +610,19 @@ mod tests {
         let g = Gguf::open(&path).unwrap();
         let c = Config::from_gguf(&g).unwrap();
         assert_eq!(
-            (c.block_count, c.embedding_length, c.feed_forward_length, c.head_count, c.head_count_kv, c.head_dim),
+            (
+                c.dims.block_count,
+                c.dims.embedding_length,
+                c.feed_forward_length,
+                c.dims.head_count,
+                c.dims.head_count_kv,
+                c.dims.head_dim
+            ),
             (16, 2048, 8192, 32, 8, 64)
         );
-        assert_eq!((c.vocab_size, c.rope_freq_base, c.rms_norm_eps as f32), (128256, 500000.0, 1e-5));
+        assert_eq!((c.dims.vocab_size, c.rope.theta, c.dims.rms_norm_eps as f32), (128256, 500000.0, 1e-5));
         let weights = crate::models::GgufWeights::new(&g, crate::models::PackedPolicy::Keep).unwrap();
-        let graph = llama::prefill(&c, &weights, crate::graph::DYNAMIC).unwrap();
+        let graph = crate::models::prefill(&crate::models::Family::Llama(c), &weights, crate::graph::DYNAMIC).unwrap();
         // One param per tensor: the tied head is token_embd itself, and the
         // rope divisors are read from the file.
         assert_eq!(graph.params().count(), g.tensors().len());
@@ -627,8 +649,11 @@ mod tests {
             assert!(values.iter().all(|v| v.is_finite()), "{}", t.name);
         }
         let c = Config::from_gguf(&g).unwrap();
-        assert_eq!((c.block_count, c.embedding_length, c.head_count, c.head_count_kv, c.head_dim), (2, 64, 4, 2, 16));
-        assert_eq!(c.vocab_size, 256);
+        assert_eq!(
+            (c.dims.block_count, c.dims.embedding_length, c.dims.head_count, c.dims.head_count_kv, c.dims.head_dim),
+            (2, 64, 4, 2, 16)
+        );
+        assert_eq!(c.dims.vocab_size, 256);
 
         let weights = GgufWeights::new(&g, PackedPolicy::Keep).unwrap();
         let serving = Serving::new(&Family::from_gguf(&g).unwrap(), &weights, 16).unwrap();
@@ -653,14 +678,15 @@ mod tests {
 
     #[test]
     fn byte_tokenizer_reserves_tokens_past_256() {
-        let c = SynthConfig { vocab_size: 260, ..Preset::TinyLlama.config() };
+        let mut c = Preset::TinyLlama.config();
+        c.dims.vocab_size = 260;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.gguf");
         write(&c, &path, SynthData::Zeros).unwrap();
         let tok = crate::tokenizer::Tokenizer::from_gguf(&Gguf::open(&path).unwrap()).unwrap();
         assert_eq!(tok.encode("a<|reserved_3|>", false), [97, 259]);
-        let small = SynthConfig { vocab_size: 255, ..c };
-        let e = write(&small, &path, SynthData::Zeros).unwrap_err().to_string();
+        c.dims.vocab_size = 255;
+        let e = write(&c, &path, SynthData::Zeros).unwrap_err().to_string();
         assert!(e.contains("a byte-level vocabulary needs 256 tokens or more, not 255"), "{e}");
     }
 
@@ -683,17 +709,17 @@ mod tests {
 
     #[test]
     fn seeded_is_deterministic_and_dequantizes() {
-        let tiny = SynthConfig {
-            name: "tiny".into(),
+        let gemma3 = Preset::Gemma3_4_5b.config();
+        let dims = Dims {
             block_count: 2,
             embedding_length: 256,
-            feed_forward_length: 512,
             head_count: 2,
             head_count_kv: 1,
             head_dim: 128,
             vocab_size: 64,
-            ..Preset::Gemma3_4_5b.config()
+            ..gemma3.dims
         };
+        let tiny = SynthConfig { name: "tiny".into(), dims, feed_forward_length: 512, ..gemma3 };
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (dir.path().join("a.gguf"), dir.path().join("b.gguf"));
         write(&tiny, &a, SynthData::Seeded(1)).unwrap();

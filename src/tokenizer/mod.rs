@@ -11,11 +11,11 @@
 //!
 //! `tokenizer.ggml.model` picks the algorithm, one file each:
 //! - `gpt2`, byte-level BPE (GPT-2, SmolLM, StarCoder, Llama 3, Qwen2;
-//!   [`bpe`]): the pre-tokenizer that `tokenizer.ggml.pre` names cuts the
-//!   text into words ([`pre`]); each word's UTF-8 bytes are spelled in
+//!   `bpe.rs`): the pre-tokenizer that `tokenizer.ggml.pre` names cuts the
+//!   text into words (`pre.rs`); each word's UTF-8 bytes are spelled in
 //!   GPT-2's byte alphabet, one symbol per byte, and adjacent symbols merge
 //!   in the order of `tokenizer.ggml.merges`.
-//! - `llama`, SentencePiece BPE (Llama 2, Gemma; [`spm`]): spaces become
+//! - `llama`, SentencePiece BPE (Llama 2, Gemma; `spm.rs`): spaces become
 //!   `▁`, then the adjacent pair that forms the token with the highest
 //!   `tokenizer.ggml.scores` merges first, over and over; a character left
 //!   without a token falls back to its `<0xNN>` byte tokens.

@@ -387,41 +387,6 @@ pub enum RopeScaling {
 }
 
 impl RopeScaling {
-    /// On the host, what each of the `head_dim / 2` frequencies of base
-    /// `base` is divided by: llama.cpp's `rope_freqs.weight`, as
-    /// `convert_hf_to_gguf.py` (`LlamaModel.generate_extra_tensors`) writes
-    /// it for Llama 3.1. [`Rope::inv_freq`] applies the same in the graph.
-    pub fn freq_divisors(&self, head_dim: usize, base: f64) -> Vec<f32> {
-        (0..head_dim / 2)
-            .map(|i| match *self {
-                RopeScaling::None => 1.0,
-                RopeScaling::Linear { factor } => factor as f32,
-                RopeScaling::Llama3 {
-                    factor,
-                    low_freq_factor: low,
-                    high_freq_factor: high,
-                    original_max_position_embeddings,
-                } => {
-                    let old_len = original_max_position_embeddings as f64;
-                    let wavelen = 2.0 * PI * base.powf(2.0 * i as f64 / head_dim as f64);
-                    let smooth = (old_len / wavelen - low) / (high - low);
-                    match wavelen {
-                        w if w < old_len / high => 1.0,
-                        w if w > old_len / low => factor as f32,
-                        _ => (1.0 / ((1.0 - smooth) / factor + smooth)) as f32,
-                    }
-                }
-                RopeScaling::Yarn { factor, .. } => {
-                    let ramp = self
-                        .yarn_ramp(head_dim, base)
-                        .map_or(0.0, |(low, high)| ((i as f64 - low) / (high - low)).clamp(0.0, 1.0));
-                    // inv_freq · (ramp / factor + 1 - ramp) = inv_freq / divisor
-                    (1.0 / (ramp / factor + 1.0 - ramp)) as f32
-                }
-            })
-            .collect()
-    }
-
     /// YaRN's ramp over the frequency indices `i` of a `head_dim` head of
     /// base `base`: `(low, high)`, the ramp being `clamp((i - low) / (high -
     /// low), 0, 1)` (1: divided by the factor, 0: kept); HF

@@ -326,8 +326,6 @@ impl GgufWriter {
         self.tensors.iter().map(TensorSpec::n_elements).sum()
     }
 
-    /// The header: magic, counts, key/values, tensor infos, unpadded; and
-    /// each tensor's offset in the data section.
     /// The whole file in memory when it holds metadata only (a converted
     /// tokenizer); `None` once a tensor is declared.
     pub fn metadata_only_bytes(&self) -> Option<Vec<u8>> {
@@ -337,6 +335,8 @@ impl GgufWriter {
         }
     }
 
+    /// The header: magic, counts, key/values, tensor infos, unpadded; and
+    /// each tensor's offset in the data section.
     fn encode_head(&self) -> Result<(Vec<u8>, Vec<u64>), WeightsError> {
         let mut out = Vec::new();
         out.extend(b"GGUF");

@@ -276,7 +276,7 @@ pub fn write_archive(
     mut fill: impl FnMut(usize, &mut dyn Write) -> io::Result<()>,
 ) -> Result<ArchiveSummary, WeightsError> {
     let layout = layout(entries)?;
-    let io_err = |op: &'static str| move |source| WeightsError::File { path: path.to_path_buf(), op, source };
+    let io_err = |op: &'static str| move |source| WeightsError::ArchiveIo { path: path.to_path_buf(), op, source };
     let mut file = crate::AtomicFile::create(path).map_err(io_err("create a temporary file for"))?;
     // Dropping `file` on any early return deletes the temporary file.
     let mut out = BufWriter::with_capacity(BUFFER_CAPACITY, file.file());
@@ -390,7 +390,7 @@ impl IrpaArchive {
     /// Maps `path` and validates every entry (bounds, UTF-8 names, unique names)
     /// before returning.
     pub fn open(path: &Path) -> Result<IrpaArchive, WeightsError> {
-        let io_err = |op: &'static str| move |source| WeightsError::File { path: path.to_path_buf(), op, source };
+        let io_err = |op: &'static str| move |source| WeightsError::ArchiveIo { path: path.to_path_buf(), op, source };
         let file = File::open(path).map_err(io_err("open"))?;
         let len = file.metadata().map_err(io_err("read the size of"))?.len();
         // Checked before mapping: an empty file cannot be mapped everywhere.

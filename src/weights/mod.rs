@@ -76,9 +76,9 @@ pub enum WeightsError {
     },
 
     // Parameter archives (`.irpa`): each names the file or the entry.
-    /// A file operation failed.
+    /// An archive could not be created, opened, mapped, read or written.
     #[error("cannot {op} {path}: {source}")]
-    File {
+    ArchiveIo {
         /// The file.
         path: PathBuf,
         /// What was being done: `open`, `memory-map`, ...
