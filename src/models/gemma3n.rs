@@ -90,6 +90,10 @@ pub struct Config {
     pub per_layer_input: usize,
     /// Rank of the LAuReL branch (GGUF: the rows of `blk.0.laurel_l.weight`)
     pub laurel_rank: usize,
+    /// `gemma3n.attention.sliding_window`
+    pub sliding_window: usize,
+    /// Per layer, whether it attends within the window.
+    pub sliding: Vec<bool>,
     /// `gemma3n.attention.shared_kv_layers`: the last layers, which read
     /// the keys and values of the last earlier layer of their type.
     pub shared_kv_layers: usize,
@@ -100,10 +104,6 @@ pub struct Config {
     pub rope: RopeConfig,
     /// The local layers' rope: `rope.freq_base_swa` (10000 when absent).
     pub local_rope: RopeConfig,
-    /// `gemma3n.attention.sliding_window`
-    pub sliding_window: usize,
-    /// Per layer, whether it attends within the window.
-    pub sliding: Vec<bool>,
     /// `gemma3n.final_logit_softcapping`
     pub final_logit_softcapping: Option<f64>,
     /// GGUF stacks each kind of AltUp projection into one `[3, D, D]`
@@ -470,6 +470,8 @@ fn rescaled<'t>(y: &Tensor<'t>, target: &Tensor<'t>) -> Result<Tensor<'t>> {
 struct AltUp<'t> {
     altup_router_norm: Tensor<'t>,
     altup_router: Weight<'t>,
+    /// The router norm's epsilon.
+    eps: f64,
     /// `W_pred [16, 4]`.
     altup_predict_coef: Weight<'t>,
     /// `W_corr [4, 4]`.
@@ -477,7 +479,6 @@ struct AltUp<'t> {
     /// `s [D]`, which scales the corrected first stream before the
     /// per-layer input's gate.
     altup_correct_scale: Tensor<'t>,
-    eps: f64,
 }
 
 impl<'t> AltUp<'t> {
@@ -626,10 +627,10 @@ impl<'t> Block<'t> {
             altup: AltUp {
                 altup_router_norm: v("altup_router_norm", d)?,
                 altup_router: m("altup_router", &[ALTUP_INPUTS, d])?,
+                eps,
                 altup_predict_coef: m("altup_predict_coef", &[ALTUP_INPUTS * ALTUP_INPUTS, ALTUP_INPUTS])?,
                 altup_correct_coef: m("altup_correct_coef", &[ALTUP_INPUTS, ALTUP_INPUTS])?,
                 altup_correct_scale: v("altup_correct_scale", d)?,
-                eps,
             },
             eps,
         })
