@@ -1,6 +1,7 @@
 //! The blocks the decoder families are built from, so that a family's file
 //! holds only its equations: [`Layer`], a block's tensors by their GGUF
-//! names; [`GatedFfn`], the gated feed-forward by its activation;
+//! names; [`GatedFfn`], the gated feed-forward by its activation (its gate
+//! sparse for Gemma 3n);
 //! [`Attention`], grouped-query self-attention with its options; [`Stack`],
 //! the embedding, the blocks (two normed residual sub-layers each) and the
 //! head. The decoder trait they serve is [`super::Decoder`], their sizes
@@ -114,7 +115,7 @@ impl<'t> GatedFfn<'t> {
 /// population standard deviation (transformers' `unbiased=False`; llama.cpp
 /// divides by `n − 1`): keeps the values above the `Φ(k)` quantile of a
 /// normal fit of the row.
-pub(crate) fn gaussian_top_k<'t>(g: &Tensor<'t>, k: f64) -> Result<Tensor<'t>> {
+fn gaussian_top_k<'t>(g: &Tensor<'t>, k: f64) -> Result<Tensor<'t>> {
     let last = g.ty.rank() - 1;
     let constant = |x: &Tensor<'t>, v: f64| x.tracer().constant(v, x.ty.clone());
     let mean = |x: &Tensor<'t>| -> Result<Tensor<'t>> {
