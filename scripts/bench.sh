@@ -43,6 +43,7 @@ echo "== synthetic checkpoints (kiln dev synth) =="
 "$kiln" dev synth llama3-8b -o "$bench/llama3-8b.gguf"
 "$kiln" dev synth llama-1b -o "$bench/llama-1b.gguf"
 "$kiln" dev synth gemma3-4.5b -o "$bench/gemma3-4.5b.gguf" --data seeded
+"$kiln" dev synth gemma3n-e2b -o "$bench/gemma3n-e2b.gguf"
 
 # export NAME MODEL RUNS ARGS...: prints wall (median), peak RSS (median),
 # bytes written and, with an archive, its write throughput.
@@ -95,12 +96,17 @@ export_row llama3-8b-archive-bf16 "$bench/llama3-8b.gguf" 1 --params archive --p
 rm -rf "$bench/out-llama3-8b-archive-bf16"
 export_row gemma3-4.5b-reference "$bench/gemma3-4.5b.gguf" 3 --packed keep
 export_row gemma3-4.5b-archive-f32 "$bench/gemma3-4.5b.gguf" 1 --params archive --packed dequantize --dtype f32
+export_row gemma3n-e2b-reference "$bench/gemma3n-e2b.gguf" 3 --packed keep
+export_row gemma3n-e2b-archive-bf16 "$bench/gemma3n-e2b.gguf" 1 --params archive --packed dequantize --dtype bf16
+rm -rf "$bench/out-gemma3n-e2b-archive-bf16"
 
 echo
 echo "targets:"
 echo "  llama3-8b-reference: wall <= 3 s, peak RSS <= 300 MB and <= 1.25 x smollm2-reference" \
   "(ratio $(echo "${rss_of[llama3-8b-reference]}/${rss_of[smollm2-reference]}" | bc -l | cut -c1-4))"
 echo "  llama3-8b-archive-bf16: peak RSS <= 1 GB, archive throughput >= 0.5 x dd"
+echo "  gemma3n-e2b-reference: wall <= 0.5 s, peak RSS <= 50 MB (the seed exporter: 42 s, 46 GB heap)"
+echo "  gemma3n-e2b-archive-bf16: peak RSS <= 100 MB, archive throughput >= 0.5 x dd"
 
 echo
 echo "== the 2 GiB F32 tensor (262144 x 2048, gemma3-4.5b token_embd.weight) through archive mode =="
@@ -137,6 +143,30 @@ for name in llama-1b llama3-8b; do
     || echo "$name: kiln compile FAILED"
   rm -f "$bench/out-$name-reference/model.vmfb"
 done
+
+echo
+echo "== Gemma 3n E2B shape (synthetic, Q4_K_M mix): the module next to the seed exporter's, compile, decode =="
+e2b="$bench/out-gemma3n-e2b-reference"
+printf '%-22s %14s %10s\n' "" "seed exporter" kiln
+printf '%-22s %14s %10s\n' "lines" 15374 "$(wc -l < "$e2b/model.mlir")"
+printf '%-22s %14s %10s\n' "stablehlo.dot_general" "517 (dot)" "$(grep -c '"stablehlo.dot_general"' "$e2b/model.mlir")"
+printf '%-22s %14s %10s\n' "util.global" 898 "$(grep -c '"util.global"()' "$e2b/model.mlir")"
+echo "ops by kind (all functions):"
+grep -o '"\(stablehlo\|chlo\|tensor\)\.[a-z_]*"' "$e2b/model.mlir" | sort | uniq -c | sort -rn | head -12
+echo "signature (seed: @gemma3n(%tokens: tensor<1x24xi32>, %per_layer_inputs: tensor<1x24x30x256xf32>), static):"
+grep -o 'func.func @[a-z]*([^)]*)' "$e2b/model.mlir" | grep -v private
+/usr/bin/time -f "gemma3n-e2b: kiln compile wall %e s, peak RSS %M KB" "$kiln" compile "$e2b" > /dev/null \
+  || echo "gemma3n-e2b: kiln compile FAILED"
+if [ -f "$e2b/model.vmfb" ]; then
+  # One decode step at position 5 of an empty cache: the weights are zeros,
+  # the work is the real model's.
+  cache=$(grep -o 'tensor<20x2x[0-9]*x256xf32>' "$e2b/model.mlir" | head -n 1 | sed 's/tensor<\(.*\)>/\1/')
+  .venv/bin/iree-benchmark-module --module="$e2b/model.vmfb" --parameters=model="$bench/gemma3n-e2b.gguf" \
+    --function=decode --input=1x1xi32=2 --input=i32=5 --input="$cache=0" --input="$cache=0" \
+    --benchmark_repetitions=3 --device_allocator=caching 2>/dev/null \
+    | awk '/decode.*_median/ {printf "gemma3n-e2b: decode %s %s per token, %.2f tok/s\n", $2, $3, ($3 == "ms" ? 1000 : 1) / $2}'
+  rm -f "$e2b/model.vmfb"
+fi
 
 echo
 echo "== serving: kiln's exports through IREE next to llama.cpp on the same GGUF, same run (scripts/bench_serving.py) =="

@@ -32,8 +32,13 @@ fn case_dir(name: &str) -> PathBuf {
 /// prefill + decode against transformers' logits; returns the largest
 /// difference.
 fn matches_transformers(name: &str) -> f64 {
-    let model = case_dir(name);
-    let reference = npy::read(&model.join("reference.npy")).unwrap();
+    matches_transformers_from(&case_dir(name), name)
+}
+
+/// [`matches_transformers`] of the checkpoint at `model` (a directory or a
+/// GGUF file) against the logits of case `name`.
+fn matches_transformers_from(model: &Path, name: &str) -> f64 {
+    let reference = npy::read(&case_dir(name).join("reference.npy")).unwrap();
     let (n, vocab) = (reference.ty.shape[0], reference.ty.shape[1]);
     assert_eq!(n, PROMPT.len());
     let want = reference.to_f64_vec();
@@ -43,8 +48,8 @@ fn matches_transformers(name: &str) -> f64 {
         max_context: 16,
         ..ExportOptions::default()
     };
-    let (dir, summary) = export_and_compile(&model, &options);
-    assert_eq!(summary.params_written, 0, "the safetensors are read in place");
+    let (dir, summary) = export_and_compile(model, &options);
+    assert_eq!(summary.params_written, 0, "the checkpoint is read in place");
     let start = Instant::now();
 
     // Prefill returns the last position's logits: prompts of several
@@ -120,6 +125,21 @@ fn gemma3_multimodal_text_part_matches_transformers() {
     matches_transformers("gemma3_multimodal");
 }
 
+/// Gemma 3n from its HF checkpoint and from the GGUF that llama.cpp's
+/// converter would write of it (test/models/gemma3n_to_gguf.py).
+#[test]
+fn gemma3n_matches_transformers() {
+    matches_transformers("gemma3n");
+    matches_transformers_from(&case_dir("gemma3n").join("gemma3n.gguf"), "gemma3n");
+}
+
+/// The text part of Gemma3nForConditionalGeneration, whose per-layer table
+/// is shorter than the vocabulary (token 14 of the prompt reads row 0).
+#[test]
+fn gemma3n_multimodal_text_part_matches_transformers() {
+    matches_transformers("gemma3n_multimodal");
+}
+
 /// The checkpoints' configs with one key changed are refused, naming it.
 #[test]
 fn changed_configs_are_refused_by_name() {
@@ -139,19 +159,22 @@ fn changed_configs_are_refused_by_name() {
     let e = refused("llama3_scaled", &|c| c["rope_parameters"]["rope_type"] = "dynamic".into());
     assert!(e.contains("rope_parameters.rope_type = \"dynamic\": kiln implements the rope types"), "{e}");
     let e = refused("gemma3", &|c| {
-        c["model_type"] = "gemma3n_text".into();
-        c["architectures"] = serde_json::json!(["Gemma3nForCausalLM"]);
+        c["model_type"] = "gemma4_text".into();
+        c["architectures"] = serde_json::json!(["Gemma4ForCausalLM"]);
     });
-    assert!(
-        e.contains("model_type \"gemma3n_text\" (architectures[0] \"Gemma3nForCausalLM\") is not supported"),
-        "{e}"
-    );
+    assert!(e.contains("model_type \"gemma4_text\" (architectures[0] \"Gemma4ForCausalLM\") is not supported"), "{e}");
     let e = refused("gemma3", &|c| c["attn_logit_softcapping"] = 50.0.into());
     assert!(e.contains("attn_logit_softcapping = 50.0"), "{e}");
     let e = refused("gemma3_multimodal", &|c| c["text_config"]["final_logit_softcapping"] = 30.0.into());
     assert!(e.contains("config.json text_config: final_logit_softcapping = 30.0"), "{e}");
     let e = refused("qwen2_bias", &|c| c["rms_norm_eps"] = (-1.0).into());
     assert!(e.contains("rms_norm_eps = -1.0: must be positive"), "{e}");
+    let e = refused("gemma3n", &|c| c["num_kv_shared_layers"] = 5.into());
+    assert!(e.contains("num_kv_shared_layers = 5: layer 1 (global) has no global layer before the shared ones"), "{e}");
+    let e = refused("gemma3n", &|c| c["activation_sparsity_pattern"] = serde_json::json!([0.95]));
+    assert!(e.contains("activation_sparsity_pattern = [0.95]: must have 6 entries, one per layer"), "{e}");
+    let e = refused("gemma3n_multimodal", &|c| c["text_config"]["altup_correct_scale"] = false.into());
+    assert!(e.contains("config.json text_config: altup_correct_scale = false: kiln supports only true"), "{e}");
 }
 
 /// A tensor of the decoder that kiln does not read stops the export; the
@@ -177,4 +200,12 @@ fn unused_tensors_are_refused_but_not_the_vision_tower() {
         "{e}"
     );
     with_extra("gemma3_multimodal", "vision_tower.extra.bias").unwrap();
+    let e = with_extra("gemma3n", "model.layers.2.laurel.extra.weight").expect_err("refused").to_string();
+    assert!(
+        e.contains("\"model.layers.2.laurel.extra.weight\" is in the checkpoint but kiln's gemma3n front-end"),
+        "{e}"
+    );
+    with_extra("gemma3n_multimodal", "model.audio_tower.extra.bias").unwrap();
+    // What transformers 4.x saved for the shared layers, and 5.x ignores.
+    with_extra("gemma3n", "model.layers.5.self_attn.k_norm.weight").unwrap();
 }

@@ -1,15 +1,16 @@
 //! The blocks the decoder families are built from, so that a family's file
 //! holds only its equations: [`Layer`], a block's tensors by their GGUF
-//! names; [`GatedFfn`], the gated feed-forward by its activation;
+//! names; [`GatedFfn`], the gated feed-forward by its activation (its gate
+//! sparse for Gemma 3n);
 //! [`Attention`], grouped-query self-attention with its options; [`Stack`],
 //! the embedding, the blocks (two normed residual sub-layers each) and the
 //! head. The decoder trait they serve is [`super::Decoder`], their sizes
 //! [`super::config::Dims`].
 
-use super::config::Dims;
-use super::{Checkpoint, KvCache, Logits, Result, Weight};
+use super::config::{Dims, RopeConfig};
+use super::{Checkpoint, KvCache, Logits, Result, Span, Weight};
 use crate::graph::{DType, ReduceKind, TensorType, DYNAMIC};
-use crate::trace::nn::{attention, Rotation};
+use crate::trace::nn::{attention, causal_mask, sliding_window_mask, Rope, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
 
 /// Block `i`'s tensors, asked for by their GGUF names
@@ -64,12 +65,16 @@ pub(crate) enum Activation {
     GeluTanh,
 }
 
-/// The gated feed-forward: `ffn(h) = W_down · (act(W_gate · h) * W_up · h)`.
+/// The gated feed-forward: `ffn(h) = W_down · (act(topk(W_gate · h)) * W_up · h)`,
+/// `topk` only where the gate is sparse ([`GatedFfn::sparse`]).
 pub(crate) struct GatedFfn<'t> {
     ffn_gate: Weight<'t>,
     ffn_up: Weight<'t>,
     ffn_down: Weight<'t>,
     activation: Activation,
+    /// `k` of the gate's Gaussian top-k ([`gaussian_top_k`]), Gemma 3n's
+    /// activation sparsity.
+    sparsity: Option<f64>,
 }
 
 impl<'t> GatedFfn<'t> {
@@ -80,12 +85,23 @@ impl<'t> GatedFfn<'t> {
             ffn_up: l.weight("ffn_up", &[ff, hidden])?,
             ffn_down: l.weight("ffn_down", &[hidden, ff])?,
             activation,
+            sparsity: None,
         })
+    }
+
+    /// The gate through [`gaussian_top_k`] with `k` before the activation
+    /// (nothing with `None`).
+    pub fn sparse(self, k: Option<f64>) -> Self {
+        GatedFfn { sparsity: k, ..self }
     }
 
     /// `h [seq, hidden]` -> `[seq, hidden]`.
     pub fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
         let gate = self.ffn_gate.linear(h)?;
+        let gate = match self.sparsity {
+            Some(k) => gaussian_top_k(&gate, k)?,
+            None => gate,
+        };
         let gate = match self.activation {
             Activation::Silu => gate.silu()?,
             Activation::GeluTanh => gate.gelu_tanh()?,
@@ -95,11 +111,44 @@ impl<'t> GatedFfn<'t> {
     }
 }
 
+/// `relu(g − (mean(g) + k · std(g)))` over the last dim, with the
+/// population standard deviation (transformers' `unbiased=False`; llama.cpp
+/// divides by `n − 1`): keeps the values above the `Φ(k)` quantile of a
+/// normal fit of the row.
+fn gaussian_top_k<'t>(g: &Tensor<'t>, k: f64) -> Result<Tensor<'t>> {
+    let last = g.ty.rank() - 1;
+    let constant = |x: &Tensor<'t>, v: f64| x.tracer().constant(v, x.ty.clone());
+    let mean = |x: &Tensor<'t>| -> Result<Tensor<'t>> {
+        let sum = x.reduce(ReduceKind::Sum, &[last])?;
+        let m = sum.multiply(&constant(&sum, 1.0 / x.ty.shape[last] as f64)?)?;
+        Ok(m.broadcast_in_dim(&x.ty.shape, &(0..last).collect::<Vec<_>>())?)
+    };
+    let centered = g.subtract(&mean(g)?)?;
+    let std = mean(&centered.multiply(&centered)?)?.sqrt()?;
+    let above = centered.subtract(&std.multiply(&constant(&std, k)?)?)?;
+    Ok(above.maximum(&constant(g, 0.0)?)?)
+}
+
 /// What attention takes from the positions of a forward pass: the rotation
 /// of the queries and keys, and the mask.
 pub(crate) struct Positional<'t> {
     pub rotation: Rotation<'t>,
     pub mask: Tensor<'t>,
+}
+
+impl<'t> Positional<'t> {
+    /// A layer type of the Gemmas: `rope` in NeoX order over heads of
+    /// `head_dim`, at `at`'s positions, the mask causal and, with a
+    /// `window`, sliding.
+    pub fn neox(rope: RopeConfig, head_dim: usize, at: &Span<'_, 't>, window: Option<usize>) -> Result<Self> {
+        let (t, seq) = (at.positions.tracer(), at.positions.ty.shape[0]);
+        let rotation = Rope::new(head_dim, rope.theta, RopeStyle::NeoX).with_scaling(rope.scaling).at(at.positions)?;
+        let mask = match window {
+            Some(window) => sliding_window_mask(t, seq, at.kv_len, at.q_offset, window)?,
+            None => causal_mask(t, seq, at.kv_len, at.q_offset)?,
+        };
+        Ok(Positional { rotation, mask })
+    }
 }
 
 /// The KV cache and the layer whose keys and values an attention writes.
@@ -305,7 +354,7 @@ pub(crate) fn add_bias<'t>(y: &Tensor<'t>, b: &Tensor<'t>) -> Result<Tensor<'t>>
 /// The final norm and the output head of a decoder, after its blocks:
 /// `output.weight`, or the embedding itself when the head is tied (then
 /// one param serves both).
-struct Head<'t> {
+pub(crate) struct Head<'t> {
     output_norm: Tensor<'t>,
     output: Weight<'t>,
     eps: f64,
@@ -313,7 +362,7 @@ struct Head<'t> {
 
 impl<'t> Head<'t> {
     /// `output_norm.weight` and the head of `token_embd`'s shape.
-    fn load(
+    pub fn load(
         t: &'t Tracer,
         weights: &dyn Checkpoint,
         token_embd: &Weight<'t>,
@@ -328,8 +377,13 @@ impl<'t> Head<'t> {
         Ok(Head { output_norm: norm_weight(output_norm, norm_adds_one)?, output, eps })
     }
 
-    /// `x [seq, hidden]` -> logits `[seq, vocab]`.
-    fn forward(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
+    /// `x [seq, hidden]` -> logits `[seq, vocab]`, or `[1, vocab]` for the
+    /// last position.
+    pub fn forward(&self, x: &Tensor<'t>, logits: Logits) -> Result<Tensor<'t>> {
+        let x = match logits {
+            Logits::Every => x.clone(),
+            Logits::Last => last_row(x)?,
+        };
         self.output.linear(&x.rms_norm(Some(&self.output_norm), self.eps)?)
     }
 }
@@ -382,10 +436,7 @@ impl<'t> Stack<'t> {
         for (i, block) in self.blocks.iter().enumerate() {
             x = block.forward(&x, at(i), cache.as_deref_mut().map(|c| (c, i)))?;
         }
-        match logits {
-            Logits::Every => self.head.forward(&x),
-            Logits::Last => self.head.forward(&last_row(&x)?),
-        }
+        self.head.forward(&x, logits)
     }
 }
 

@@ -13,6 +13,7 @@
 use super::{ModelError, Result};
 use crate::trace::nn::RopeScaling;
 use crate::weights::gguf::{Gguf, MetadataValue};
+use crate::weights::hf_config::HfConfig;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use std::cell::RefCell;
@@ -178,6 +179,12 @@ impl<'a> HfKeys<'a> {
         self.positive(key, n)
     }
 
+    /// A positive integer, `default` when absent or null (the model class's
+    /// default: shipped config.json files leave those out).
+    pub fn count_or(&self, key: &str, default: usize) -> Result<usize> {
+        self.positive(key, self.or(key, default)?)
+    }
+
     /// `n` (the value of `key`) if it is not zero.
     pub fn positive(&self, key: &str, n: usize) -> Result<usize> {
         match n {
@@ -251,6 +258,19 @@ impl<'g, D: AsRef<[u8]>> GgufKeys<'g, D> {
     pub fn new(gguf: &'g Gguf<D>) -> Result<Self> {
         let arch = gguf.get_str("general.architecture")?.to_string();
         Ok(GgufKeys { gguf, arch, seen: RefCell::new(BTreeSet::new()) })
+    }
+
+    /// The keys of `gguf`, which must be of architecture `arch`: its
+    /// context length does not change the logits, and mixture-of-experts
+    /// keys are refused.
+    pub fn of_arch(gguf: &'g Gguf<D>, arch: &str) -> Result<Self> {
+        let keys = GgufKeys::new(gguf)?;
+        if keys.arch != arch {
+            return Err(ModelError::UnknownArchitecture(keys.arch.clone()));
+        }
+        keys.ignore(&["context_length"]);
+        refuse_experts(&keys)?;
+        Ok(keys)
     }
 
     /// `{arch}.{name}`.
@@ -685,4 +705,134 @@ pub fn refuse_experts<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Every layer slides but each `every`-th, which attends globally (Gemma's
+/// default layer pattern: every 6th in Gemma 3, every 5th in Gemma 3n).
+pub fn every_nth_global(blocks: usize, every: usize) -> Vec<bool> {
+    (0..blocks).map(|i| !(i + 1).is_multiple_of(every)).collect()
+}
+
+/// `{arch}.{name}` as one value per block: an array of `blocks` elements,
+/// or one value (not an array) for every block, each read by `read`;
+/// `None` when absent. `what` names the element for messages.
+pub fn per_block<D: AsRef<[u8]>, T: Clone>(
+    keys: &GgufKeys<'_, D>,
+    name: &str,
+    blocks: usize,
+    what: &str,
+    read: impl Fn(&MetadataValue<'_>) -> Option<T>,
+) -> Result<Option<Vec<T>>> {
+    let Some(value) = keys.get(name) else { return Ok(None) };
+    let values: Option<Vec<T>> = match value.as_array() {
+        Some(a) if a.len() == blocks => a.iter().map(|v| read(&v)).collect(),
+        Some(_) => None,
+        None => read(&value).map(|v| vec![v; blocks]),
+    };
+    values.map(Some).ok_or_else(|| {
+        keys.error(name, show_gguf(&value), format!("must be {blocks} {what}, one per block, or one for all"))
+    })
+}
+
+/// Which layers slide, from `{arch}.attention.sliding_window_pattern`: one
+/// bool per layer (newer llama.cpp converters), or the period of the global
+/// layers; absent, every `default_every`-th layer is global.
+pub fn sliding_pattern<D: AsRef<[u8]>>(
+    keys: &GgufKeys<'_, D>,
+    blocks: usize,
+    default_every: usize,
+) -> Result<Vec<bool>> {
+    const KEY: &str = "attention.sliding_window_pattern";
+    match keys.get(KEY).map(|v| v.as_array().is_some()) {
+        None => Ok(every_nth_global(blocks, default_every)),
+        Some(true) => {
+            Ok(per_block(keys, KEY, blocks, "booleans", |v: &MetadataValue<'_>| v.as_bool())?.expect("present"))
+        }
+        Some(false) => Ok(every_nth_global(blocks, keys.count(KEY)?)),
+    }
+}
+
+/// The keys of a text model's `config.json`: the file itself, or, for the
+/// multimodal `wrapper` model type, its `text_config` (then the wrapper's
+/// own keys come second, for the caller to read and finish).
+pub fn text_config<'a>(hf: &'a HfConfig, text: &str, wrapper: &str) -> Result<(HfKeys<'a>, Option<HfKeys<'a>>)> {
+    if hf.model_type == text {
+        return Ok((HfKeys::new("config.json", text, &hf.keys), None));
+    }
+    if hf.model_type != wrapper {
+        return Err(ModelError::UnknownModelType { model_type: hf.model_type.clone(), architecture: String::new() });
+    }
+    let outer = HfKeys::new("config.json", wrapper, &hf.keys);
+    let inner = match outer.raw("text_config") {
+        Some(Value::Object(inner)) => inner,
+        Some(other) => return Err(outer.error("text_config", other, "must be an object")),
+        None => return Err(ModelError::MissingConfigKey { file: "config.json".into(), key: "text_config".into() }),
+    };
+    let keys = HfKeys::new("config.json text_config", text, inner);
+    keys.fixed("model_type", &format!("\"{text}\""), "the wrapper's text model")?;
+    Ok((keys, Some(outer)))
+}
+
+/// HF `layer_types` (transformers 5.x and Gemma 3n's 4.x configs): true
+/// where a layer is `sliding_attention`; `None` when absent.
+pub fn layer_types(keys: &HfKeys<'_>, blocks: usize) -> Result<Option<Vec<bool>>> {
+    let Some(types) = keys.get::<Vec<String>>("layer_types")? else { return Ok(None) };
+    if types.len() != blocks {
+        return Err(keys.error(
+            "layer_types",
+            &serde_json::json!(types),
+            format!("must name {blocks} layers, one per num_hidden_layers"),
+        ));
+    }
+    types
+        .iter()
+        .map(|t| match t.as_str() {
+            "sliding_attention" => Ok(true),
+            "full_attention" => Ok(false),
+            _ => Err(keys.error("layer_types", &serde_json::json!(t), "sliding_attention or full_attention")),
+        })
+        .collect::<Result<Vec<bool>>>()
+        .map(Some)
+}
+
+/// The global and local layers' rope of a model with both (Gemma 3, Gemma
+/// 3n), as their `convert_rope_params_to_dict` reads it:
+/// `rope_parameters.{full_attention, sliding_attention}` (5.x), or
+/// `rope_theta` (default `global_theta`) + `rope_scaling` for the global
+/// layers and `rope_local_base_freq` (default `local_theta`) for the local
+/// ones (4.x).
+pub fn layer_type_ropes(keys: &HfKeys<'_>, global_theta: f64, local_theta: f64) -> Result<(RopeConfig, RopeConfig)> {
+    partial_rotary_factor(keys)?;
+    let params = match keys.raw("rope_parameters") {
+        None => Map::new(),
+        Some(Value::Object(p)) => p.clone(),
+        Some(other) => return Err(keys.error("rope_parameters", other, "must be an object")),
+    };
+    if let Some(key) = params.keys().find(|k| !["full_attention", "sliding_attention"].contains(&k.as_str())) {
+        return Err(keys.error(
+            &format!("rope_parameters.{key}"),
+            &params[key],
+            "rope_parameters has one entry per layer type: full_attention and sliding_attention",
+        ));
+    }
+    // 4.x rope_scaling updates the global layers' entry.
+    let mut full = params.get("full_attention").cloned().unwrap_or(serde_json::json!({}));
+    if let (Some(scaling), Some(full)) = (keys.raw("rope_scaling"), full.as_object_mut()) {
+        match scaling.as_object() {
+            Some(s) => full.extend(s.clone()),
+            None => return Err(keys.error("rope_scaling", scaling, "must be an object")),
+        }
+    }
+    let original = OriginalContext { top_level: None, max_position_embeddings: keys.get("max_position_embeddings")? };
+    let global_theta = keys.or("rope_theta", global_theta)?;
+    let local_theta = keys.or("rope_local_base_freq", local_theta)?;
+    let global = rope_from_hf(keys, "rope_parameters.full_attention", Some(&full), global_theta, original)?;
+    let local = rope_from_hf(
+        keys,
+        "rope_parameters.sliding_attention",
+        params.get("sliding_attention"),
+        local_theta,
+        original,
+    )?;
+    Ok((global, local))
 }

@@ -26,9 +26,9 @@
 //! (`query_pre_attn_scalar`, `layer_types`, each layer type's rope).
 
 use super::blocks::{Activation, Attention, AttentionConfig, BlockConfig, Positional, Stack};
-use super::config::{self, Dims, GgufKeys, HfKeys, OriginalContext, RopeConfig};
+use super::config::{self, Dims, GgufKeys, RopeConfig};
 use super::{Checkpoint, Decoder, KvCache, ModelError, Result, Span};
-use crate::trace::nn::{causal_mask, sliding_window_mask, Rope, RopeScaling, RopeStyle};
+use crate::trace::nn::RopeScaling;
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
 use crate::weights::hf_config::HfConfig;
@@ -80,12 +80,7 @@ impl Config {
     /// Reads the `gemma3.*` keys, each one used, listed as not changing the
     /// forward pass, or refused ([`GgufKeys::finish`]).
     pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
-        let keys = GgufKeys::new(gguf)?;
-        if keys.arch != "gemma3" {
-            return Err(ModelError::UnknownArchitecture(keys.arch.clone()));
-        }
-        keys.ignore(&["context_length"]);
-        config::refuse_experts(&keys)?;
+        let keys = GgufKeys::of_arch(gguf, "gemma3")?;
         let embedding_length = keys.count("embedding_length")?;
         let head_count = keys.count("attention.head_count")?;
         if !embedding_length.is_multiple_of(head_count) {
@@ -103,23 +98,7 @@ impl Config {
             Some(_) => Some(keys.count("attention.sliding_window")?),
             None => None,
         };
-        let sliding = match keys.get("attention.sliding_window_pattern") {
-            None => pattern(block_count, SLIDING_WINDOW_PATTERN),
-            Some(v) => match v.as_array() {
-                // Newer llama.cpp converters: one bool per layer.
-                Some(a) if a.len() == block_count && a.iter().all(|b| b.as_bool().is_some()) => {
-                    a.iter().map(|b| b.as_bool().expect("checked")).collect()
-                }
-                Some(a) => {
-                    return Err(keys.error(
-                        "attention.sliding_window_pattern",
-                        format!("[{} values]", a.len()),
-                        format!("must be {block_count} booleans, one per block"),
-                    ))
-                }
-                None => pattern(block_count, keys.count("attention.sliding_window_pattern")?),
-            },
-        };
+        let sliding = config::sliding_pattern(&keys, block_count, SLIDING_WINDOW_PATTERN)?;
         let rope_scaling = config::rope_from_gguf(&keys)?;
         if let RopeScaling::Yarn { .. } = rope_scaling {
             return Err(keys.error(
@@ -166,36 +145,14 @@ impl Config {
     /// whose `text_config` is read and whose vision tower is not exported).
     /// Defaults are `Gemma3TextConfig`'s; every key is read or refused.
     pub fn from_hf(hf: &HfConfig) -> Result<Config> {
-        let wrapper = match hf.model_type.as_str() {
-            "gemma3_text" => None,
-            "gemma3" => Some(HfKeys::new("config.json", "gemma3", &hf.keys)),
-            other => {
-                return Err(ModelError::UnknownModelType { model_type: other.into(), architecture: String::new() })
-            }
-        };
-        let text = match &wrapper {
-            None => &hf.keys,
-            Some(w) => match w.raw("text_config") {
-                Some(serde_json::Value::Object(text)) => text,
-                Some(other) => return Err(w.error("text_config", other, "must be an object")),
-                None => {
-                    return Err(ModelError::MissingConfigKey { file: "config.json".into(), key: "text_config".into() })
-                }
-            },
-        };
-        let file = if wrapper.is_some() { "config.json text_config" } else { "config.json" };
-        let keys = HfKeys::new(file, "gemma3_text", text);
+        let (keys, wrapper) = config::text_config(hf, "gemma3_text", "gemma3")?;
         // Gemma 3's own config.json files leave out what the class defaults
         // to (Gemma-3-4B's text_config has no vocab_size or head counts).
-        let count = |key: &str, default: usize| keys.positive(key, keys.or(key, default)?);
-        let hidden = count("hidden_size", 2304)?;
-        let heads = count("num_attention_heads", 8)?;
-        let kv_heads = count("num_key_value_heads", 4)?;
-        let head_dim = count("head_dim", 256)?;
-        let block_count = count("num_hidden_layers", 26)?;
-        if wrapper.is_some() {
-            keys.fixed("model_type", "\"gemma3_text\"", "Gemma 3's text model")?;
-        }
+        let hidden = keys.count_or("hidden_size", 2304)?;
+        let heads = keys.count_or("num_attention_heads", 8)?;
+        let kv_heads = keys.count_or("num_key_value_heads", 4)?;
+        let head_dim = keys.count_or("head_dim", 256)?;
+        let block_count = keys.count_or("num_hidden_layers", 26)?;
         keys.fixed("hidden_activation", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
         keys.fixed("hidden_act", "\"gelu_pytorch_tanh\"", "Gemma's GeGLU")?;
         keys.fixed("attention_bias", "false", "attention projections without biases")?;
@@ -228,23 +185,9 @@ impl Config {
             Some(n) => n?,
             None => SLIDING_WINDOW_PATTERN,
         };
-        let sliding = match keys.get::<Vec<String>>("layer_types")? {
-            None => pattern(block_count, keys.positive("sliding_window_pattern", every)?),
-            Some(types) if types.len() != block_count => {
-                return Err(keys.error(
-                    "layer_types",
-                    &serde_json::json!(types),
-                    format!("must name {block_count} layers, one per num_hidden_layers"),
-                ))
-            }
-            Some(types) => types
-                .iter()
-                .map(|t| match t.as_str() {
-                    "sliding_attention" => Ok(true),
-                    "full_attention" => Ok(false),
-                    _ => Err(keys.error("layer_types", &serde_json::json!(t), "sliding_attention or full_attention")),
-                })
-                .collect::<Result<Vec<bool>>>()?,
+        let sliding = match config::layer_types(&keys, block_count)? {
+            Some(sliding) => sliding,
+            None => config::every_nth_global(block_count, keys.positive("sliding_window_pattern", every)?),
         };
         if sliding_window.is_none() && sliding.contains(&true) {
             // HF would give those layers the local rope over the whole
@@ -255,7 +198,7 @@ impl Config {
                 "kiln needs a window for the sliding_attention layers",
             ));
         }
-        let (global, local) = rope(&keys)?;
+        let (global, local) = config::layer_type_ropes(&keys, 1_000_000.0, LOCAL_ROPE_FREQ_BASE)?;
         let config = Config {
             dims: Dims {
                 block_count,
@@ -263,10 +206,10 @@ impl Config {
                 head_count: heads,
                 head_count_kv: kv_heads,
                 head_dim,
-                vocab_size: count("vocab_size", 262_208)?,
+                vocab_size: keys.count_or("vocab_size", 262_208)?,
                 rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-6))?,
             },
-            feed_forward_length: count("intermediate_size", 9216)?,
+            feed_forward_length: keys.count_or("intermediate_size", 9216)?,
             value_length: head_dim,
             rope: global,
             local_rope: local,
@@ -317,51 +260,6 @@ impl Config {
 const ATTN_SOFTCAP_REFUSED: &str = "transformers 5.24 and llama.cpp do not apply it to Gemma 3 (Gemma 2 did), \
     so kiln cannot tell what is meant; set it to null";
 
-/// Every layer slides but each `every`-th.
-fn pattern(blocks: usize, every: usize) -> Vec<bool> {
-    (0..blocks).map(|i| !(i + 1).is_multiple_of(every)).collect()
-}
-
-/// The global and local layers' rope, as `Gemma3TextConfig.convert_rope_params_to_dict`
-/// reads it: `rope_parameters.{full_attention, sliding_attention}` (5.x), or
-/// `rope_theta` (default 1e6) + `rope_scaling` for the global layers and
-/// `rope_local_base_freq` (default 1e4) for the local ones (4.x).
-fn rope(keys: &HfKeys<'_>) -> Result<(RopeConfig, RopeConfig)> {
-    config::partial_rotary_factor(keys)?;
-    let params = match keys.raw("rope_parameters") {
-        None => serde_json::Map::new(),
-        Some(serde_json::Value::Object(p)) => p.clone(),
-        Some(other) => return Err(keys.error("rope_parameters", other, "must be an object")),
-    };
-    if let Some(key) = params.keys().find(|k| !["full_attention", "sliding_attention"].contains(&k.as_str())) {
-        return Err(keys.error(
-            &format!("rope_parameters.{key}"),
-            &params[key],
-            "Gemma 3's rope_parameters has one entry per layer type: full_attention and sliding_attention",
-        ));
-    }
-    // 4.x rope_scaling updates the global layers' entry.
-    let mut full = params.get("full_attention").cloned().unwrap_or(serde_json::json!({}));
-    if let (Some(scaling), Some(full)) = (keys.raw("rope_scaling"), full.as_object_mut()) {
-        match scaling.as_object() {
-            Some(s) => full.extend(s.clone()),
-            None => return Err(keys.error("rope_scaling", scaling, "must be an object")),
-        }
-    }
-    let original = OriginalContext { top_level: None, max_position_embeddings: keys.get("max_position_embeddings")? };
-    let global_theta = keys.or("rope_theta", 1_000_000.0)?;
-    let local_theta = keys.or("rope_local_base_freq", LOCAL_ROPE_FREQ_BASE)?;
-    let global = config::rope_from_hf(keys, "rope_parameters.full_attention", Some(&full), global_theta, original)?;
-    let local = config::rope_from_hf(
-        keys,
-        "rope_parameters.sliding_attention",
-        params.get("sliding_attention"),
-        local_theta,
-        original,
-    )?;
-    Ok((global, local))
-}
-
 impl Config {
     /// Every block: sandwich norms, GeGLU, attention with per-head q and k
     /// norms, the value heads `value_length` wide, the queries scaled by
@@ -401,17 +299,10 @@ impl<'t> Decoder<'t> for Gemma3<'t> {
 
     /// Masked causally, and within the window on local layers.
     fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
-        let (c, t, seq, logits) = (&self.config, tokens.tracer(), tokens.ty.shape[0], at.logits);
-        let rope = |r: RopeConfig| Rope::new(c.dims.head_dim, r.theta, RopeStyle::NeoX).with_scaling(r.scaling);
-        let global =
-            Positional { rotation: rope(c.rope).at(at.positions)?, mask: causal_mask(t, seq, at.kv_len, at.q_offset)? };
-        let local = match c.sliding_window {
-            Some(window) => Some(Positional {
-                rotation: rope(c.local_rope).at(at.positions)?,
-                mask: sliding_window_mask(t, seq, at.kv_len, at.q_offset, window)?,
-            }),
-            None => None,
-        };
+        let (c, t, logits) = (&self.config, tokens.tracer(), at.logits);
+        let global = Positional::neox(c.rope, c.dims.head_dim, &at, None)?;
+        let local =
+            c.sliding_window.map(|w| Positional::neox(c.local_rope, c.dims.head_dim, &at, Some(w))).transpose()?;
         // The embedding is scaled in f32, as llama.cpp does (HF rounds √hidden
         // to the weights' dtype first).
         let x = self.stack.embed(tokens)?;
@@ -724,7 +615,7 @@ mod tests {
             ),
             (
                 edit(v5.clone(), "rope_parameters", json!({"rope_type": "default"})),
-                "rope_parameters.rope_type = \"default\": Gemma 3's rope_parameters has one entry per layer type",
+                "rope_parameters.rope_type = \"default\": rope_parameters has one entry per layer type",
             ),
             (
                 edit(v5.clone(), "hidden_activation", json!("gelu")),

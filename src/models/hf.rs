@@ -69,20 +69,53 @@ const GEMMA3_BLOCK_NAMES: [(&str, &str); 13] = [
     ("ffn_down.weight", "mlp.down_proj.weight"),
 ];
 
+/// Gemma 3n's whole-model tensors besides llama's. GGUF stacks the three
+/// AltUp projections of each kind into one `[3, D, D]` tensor; HF keeps
+/// three, which the front-end asks for as `altup_proj.{i}.weight`.
+const GEMMA3N_NAMES: [(&str, &str); 9] = [
+    ("per_layer_token_embd.weight", "embed_tokens_per_layer.weight"),
+    ("per_layer_model_proj.weight", "per_layer_model_projection.weight"),
+    ("per_layer_proj_norm.weight", "per_layer_projection_norm.weight"),
+    ("altup_proj.0.weight", "altup_projections.0.weight"),
+    ("altup_proj.1.weight", "altup_projections.1.weight"),
+    ("altup_proj.2.weight", "altup_projections.2.weight"),
+    ("altup_unembd_proj.0.weight", "altup_unembed_projections.0.weight"),
+    ("altup_unembd_proj.1.weight", "altup_unembed_projections.1.weight"),
+    ("altup_unembd_proj.2.weight", "altup_unembed_projections.2.weight"),
+];
+
+/// Gemma 3n's per-block tensors besides Gemma 3's: the per-layer input,
+/// AltUp and LAuReL.
+const GEMMA3N_BLOCK_NAMES: [(&str, &str); 11] = [
+    ("inp_gate.weight", "per_layer_input_gate.weight"),
+    ("proj.weight", "per_layer_projection.weight"),
+    ("post_norm.weight", "post_per_layer_input_norm.weight"),
+    ("altup_correct_coef.weight", "altup.correction_coefs.weight"),
+    ("altup_correct_scale.weight", "altup.correct_output_scale"),
+    ("altup_predict_coef.weight", "altup.prediction_coefs.weight"),
+    ("altup_router.weight", "altup.modality_router.weight"),
+    ("altup_router_norm.weight", "altup.router_norm.weight"),
+    ("laurel_l.weight", "laurel.linear_left.weight"),
+    ("laurel_r.weight", "laurel.linear_right.weight"),
+    ("laurel_post_norm.weight", "laurel.post_laurel_norm.weight"),
+];
+
 /// The HF name of the llama-family tensor that GGUF calls `gguf`, if the
 /// tables have one.
 pub fn llama_hf_name(gguf: &str) -> Option<String> {
     HfNames::LLAMA.hf_name(gguf)
 }
 
-/// Where a family's tensors are in an HF checkpoint: one name table, and
+/// Where a family's tensors are in an HF checkpoint: its name tables, and
 /// the prefixes of the decoder and of the head (`model.` and `lm_head.weight`,
 /// or under `language_model.` in a multimodal wrapper).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HfNames {
     /// The family, for messages.
     pub family: &'static str,
-    block_names: &'static [(&'static str, &'static str)],
+    /// Whole-model tensors besides llama's, under the body.
+    names: &'static [(&'static str, &'static str)],
+    block_names: &'static [&'static [(&'static str, &'static str)]],
     /// Before `embed_tokens.weight`, `norm.weight` and `layers.{i}.`.
     pub body: &'static str,
     /// The output head.
@@ -91,17 +124,32 @@ pub struct HfNames {
 
 impl HfNames {
     /// `LlamaForCausalLM` and its kin.
-    pub const LLAMA: HfNames =
-        HfNames { family: "llama", block_names: &LLAMA_BLOCK_NAMES, body: "model.", head: "lm_head.weight" };
+    pub const LLAMA: HfNames = HfNames {
+        family: "llama",
+        names: &[],
+        block_names: &[&LLAMA_BLOCK_NAMES],
+        body: "model.",
+        head: "lm_head.weight",
+    };
 
     /// Where `config`'s family keeps its tensors in `has`'s checkpoint. A
     /// `Gemma3ForConditionalGeneration` keeps its text model under
     /// `language_model.model.` (as transformers saves it) or
     /// `model.language_model.` (its module tree); its vision tower is left
-    /// alone.
+    /// alone. A `Gemma3nForConditionalGeneration` keeps it under
+    /// `model.language_model.`, next to its vision and audio towers.
     fn of(config: &HfConfig, has: impl Fn(&str) -> bool) -> HfNames {
+        const GEMMA3: HfNames = HfNames { family: "gemma3", block_names: &[&GEMMA3_BLOCK_NAMES], ..HfNames::LLAMA };
+        const GEMMA3N: HfNames = HfNames {
+            family: "gemma3n",
+            names: &GEMMA3N_NAMES,
+            block_names: &[&GEMMA3_BLOCK_NAMES, &GEMMA3N_BLOCK_NAMES],
+            ..HfNames::LLAMA
+        };
         match config.model_type.as_str() {
-            "gemma3_text" => HfNames { family: "gemma3", block_names: &GEMMA3_BLOCK_NAMES, ..Self::LLAMA },
+            "gemma3_text" => GEMMA3,
+            "gemma3n_text" => GEMMA3N,
+            "gemma3n" => HfNames { body: "model.language_model.", ..GEMMA3N },
             "gemma3" => {
                 let body = ["language_model.model.", "model.language_model."]
                     .into_iter()
@@ -111,7 +159,7 @@ impl HfNames {
                     .into_iter()
                     .find(|h| has(h))
                     .unwrap_or("lm_head.weight");
-                HfNames { family: "gemma3", block_names: &GEMMA3_BLOCK_NAMES, body, head }
+                HfNames { body, head, ..GEMMA3 }
             }
             _ => Self::LLAMA,
         }
@@ -125,11 +173,14 @@ impl HfNames {
         if let Some((_, hf)) = LLAMA_NAMES.iter().find(|(g, _)| *g == gguf) {
             return Some(format!("{}{}", self.body, hf.strip_prefix("model.").expect("the body's names start so")));
         }
+        if let Some((_, hf)) = self.names.iter().find(|(g, _)| *g == gguf) {
+            return Some(format!("{}{hf}", self.body));
+        }
         let (block, suffix) = gguf.strip_prefix("blk.")?.split_once('.')?;
         if block.is_empty() || !block.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        let (_, hf) = self.block_names.iter().find(|(g, _)| *g == suffix)?;
+        let (_, hf) = self.block_names.iter().flat_map(|t| t.iter()).find(|(g, _)| *g == suffix)?;
         Some(format!("{}layers.{block}.{hf}", self.body))
     }
 }
@@ -302,15 +353,17 @@ impl Checkpoint for SafetensorsWeights<'_> {
     }
 
     /// Only the decoder's tensors and the head count: a wrapper's vision
-    /// tower is not exported; a tied checkpoint's stored `lm_head.weight`
-    /// and old checkpoints' `rotary_emb.inv_freq` buffers are ignored by
-    /// transformers too.
-    fn unused(&self, used: &BTreeSet<&str>) -> Option<String> {
+    /// tower is not exported; a tied checkpoint's stored `lm_head.weight`,
+    /// old checkpoints' `rotary_emb.inv_freq` buffers and `unread` are
+    /// ignored by transformers too.
+    fn unused(&self, used: &BTreeSet<&str>, unread: &[String]) -> Option<String> {
         let names = &self.checkpoint.names;
+        let unread: BTreeSet<String> = unread.iter().filter_map(|g| names.hf_name(g)).collect();
         let model = |name: &str| name.starts_with(names.body) || name == names.head;
         let ignored = |name: &str| {
             (name == names.head && self.checkpoint.config.tie_word_embeddings())
                 || name.ends_with(".rotary_emb.inv_freq")
+                || unread.contains(name)
         };
         let tensors = self.checkpoint.shards().iter().flat_map(|file| file.tensors());
         tensors.map(|t| t.name).find(|&n| model(n) && !ignored(n) && !used.contains(n)).map(str::to_string)

@@ -630,8 +630,8 @@ mod tests {
         let refused = [
             (json!({"model_type": "gpt2"}), "model_type \"gpt2\" (no architectures) is not supported; kiln exports llama"),
             (
-                json!({"model_type": "gemma3n_text", "architectures": ["Gemma3nForCausalLM"], "intermediate_size": [8, 8]}),
-                "model_type \"gemma3n_text\" (architectures[0] \"Gemma3nForCausalLM\") is not supported",
+                json!({"model_type": "gemma4_text", "architectures": ["Gemma4ForCausalLM"], "intermediate_size": [8, 8]}),
+                "model_type \"gemma4_text\" (architectures[0] \"Gemma4ForCausalLM\") is not supported",
             ),
             (json!({"architectures": ["LlamaForSequenceClassification"]}), "(architectures[0] \"LlamaForSequenceClassification\")"),
             (json!({"rope_scaling": {"rope_type": "dynamic", "factor": 8.0}}), "rope_scaling.rope_type = \"dynamic\": kiln implements the rope types default, linear, llama3, yarn"),

@@ -1,6 +1,6 @@
 //! Model front-ends: each architecture traces its forward pass from a
 //! checkpoint's metadata and tensor table, one file per family
-//! ([`llama`], [`gemma3`]) holding its equations over shared blocks
+//! ([`llama`], [`gemma3`], [`gemma3n`]) holding its equations over shared blocks
 //! (`blocks.rs`: a block's tensors, the gated feed-forward, attention, the
 //! head) and shared config readers ([`config`]). This module holds what
 //! the families plug into: [`GgufWeights`], which decides how each GGUF
@@ -15,6 +15,7 @@ mod blocks;
 mod cache;
 pub mod config;
 pub mod gemma3;
+pub mod gemma3n;
 pub mod hf;
 pub mod llama;
 pub mod synth;
@@ -73,7 +74,7 @@ pub enum ModelError {
     #[error(transparent)]
     Weights(#[from] WeightsError),
     /// The GGUF's `general.architecture` is not a supported family.
-    #[error("unknown general.architecture \"{0}\" (supported: llama, qwen2, qwen3, gemma3)")]
+    #[error("unknown general.architecture \"{0}\" (supported: llama, qwen2, qwen3, gemma3, gemma3n)")]
     UnknownArchitecture(String),
     /// The HF `config.json`'s `model_type` or `architectures[0]` is not a
     /// supported family or model class.
@@ -186,6 +187,8 @@ pub const SUPPORTED_HF: &[(&str, &str)] = &[
     ("qwen3", "Qwen3ForCausalLM"),
     ("gemma3_text", "Gemma3ForCausalLM"),
     ("gemma3", "Gemma3ForConditionalGeneration, text only"),
+    ("gemma3n_text", "Gemma3nForCausalLM"),
+    ("gemma3n", "Gemma3nForConditionalGeneration, text only"),
 ];
 
 /// A checkpoint as the front-ends see it. Tensors are asked for by
@@ -213,8 +216,9 @@ pub trait Checkpoint: ParamSource {
     /// the front-end declared, by their names in the file): a part of the
     /// model kiln would leave out. Parts that are not the decoder's (a
     /// vision tower) or that the reference implementation ignores too (a
-    /// tied checkpoint's stored head) do not count.
-    fn unused(&self, used: &BTreeSet<&str>) -> Option<String>;
+    /// tied checkpoint's stored head; `unread`, by their GGUF names) do not
+    /// count.
+    fn unused(&self, used: &BTreeSet<&str>, unread: &[String]) -> Option<String>;
 }
 
 /// `cast` if it is a float dtype a dense param can be declared as.
@@ -349,8 +353,9 @@ impl<D: AsRef<[u8]>> Checkpoint for GgufWeights<'_, D> {
         self.gguf.path()
     }
 
-    fn unused(&self, used: &BTreeSet<&str>) -> Option<String> {
-        self.gguf.tensors().map(|t| t.name).find(|name| !used.contains(name)).map(str::to_string)
+    fn unused(&self, used: &BTreeSet<&str>, unread: &[String]) -> Option<String> {
+        let known = |name: &str| used.contains(name) || unread.iter().any(|u| u == name);
+        self.gguf.tensors().map(|t| t.name).find(|name| !known(name)).map(str::to_string)
     }
 }
 
@@ -426,6 +431,40 @@ impl<'t> Weight<'t> {
             }
             None => Ok(to_f32(&self.raw.gather(ids)?)?),
         }
+    }
+
+    /// The `n` equal blocks of rows of this matrix, or of the `[n · rows,
+    /// cols]` matrix a `[n, rows, cols]` stack is: each a slice of the one
+    /// param (a packed block is whole rows of whole blocks, so its bytes are
+    /// contiguous), which a product reads in place.
+    pub fn row_blocks(&self, n: usize) -> Result<Vec<Weight<'t>>> {
+        let (rows, cols) = match self.shape[..] {
+            [rows, cols] => (rows, cols),
+            [stack, rows, cols] => (stack * rows, cols),
+            _ => (0, 0),
+        };
+        if n == 0 || rows == 0 || !rows.is_multiple_of(n) {
+            return Err(ModelError::Config(format!(
+                "{}: row_blocks({n}) needs a matrix or a stack of them with a multiple of {n} rows, found shape {:?}",
+                self.name, self.shape
+            )));
+        }
+        let block = rows / n;
+        let part = |i: usize| -> Result<Tensor<'t>> {
+            Ok(match self.packed {
+                Some(_) => {
+                    let len = self.raw.ty.shape[0] / n;
+                    self.raw.slice(&[i * len], &[(i + 1) * len], &[1])?
+                }
+                None => self.raw.reshape(&[rows, cols])?.slice(&[i * block, 0], &[(i + 1) * block, cols], &[1, 1])?,
+            })
+        };
+        (0..n)
+            .map(|i| {
+                let name = format!("{}[{i}]", self.name);
+                Ok(Weight { name, raw: part(i)?, packed: self.packed, shape: vec![block, cols] })
+            })
+            .collect()
     }
 }
 
@@ -517,6 +556,8 @@ pub enum Family {
     Llama(llama::Config),
     /// Gemma 3 text models ([`gemma3`]).
     Gemma3(gemma3::Config),
+    /// Gemma 3n text models ([`gemma3n`]).
+    Gemma3n(gemma3n::Config),
 }
 
 impl Family {
@@ -525,6 +566,7 @@ impl Family {
         match gguf.get_str("general.architecture")? {
             "llama" | "qwen2" | "qwen3" => Ok(Family::Llama(llama::Config::from_gguf(gguf)?)),
             "gemma3" => Ok(Family::Gemma3(gemma3::Config::from_gguf(gguf)?)),
+            "gemma3n" => Ok(Family::Gemma3n(gemma3n::Config::from_gguf(gguf)?)),
             other => Err(ModelError::UnknownArchitecture(other.to_string())),
         }
     }
@@ -547,6 +589,7 @@ impl Family {
         match config.model_type.as_str() {
             "llama" | "mistral" | "qwen2" | "qwen3" => Ok(Family::Llama(llama::Config::from_hf(config)?)),
             "gemma3_text" | "gemma3" => Ok(Family::Gemma3(gemma3::Config::from_hf(config)?)),
+            "gemma3n_text" | "gemma3n" => Ok(Family::Gemma3n(gemma3n::Config::from_hf(config)?)),
             _ => Err(unknown()),
         }
     }
@@ -557,6 +600,17 @@ impl Family {
         match self {
             Family::Llama(c) => &c.architecture,
             Family::Gemma3(_) => "gemma3",
+            Family::Gemma3n(_) => "gemma3n",
+        }
+    }
+
+    /// Tensors a checkpoint of this family may hold that the reference
+    /// implementation loads but never reads (GGUF names): not a part kiln
+    /// leaves out.
+    pub fn unread_tensors(&self) -> Vec<String> {
+        match self {
+            Family::Gemma3n(c) => c.unread_tensors(),
+            _ => Vec::new(),
         }
     }
 
@@ -565,6 +619,7 @@ impl Family {
         Ok(match self {
             Family::Llama(c) => Box::new(llama::Llama::load(t, c, weights)?),
             Family::Gemma3(c) => Box::new(gemma3::Gemma3::load(t, c, weights)?),
+            Family::Gemma3n(c) => Box::new(gemma3n::Gemma3n::load(t, c, weights)?),
         })
     }
 }
@@ -638,7 +693,7 @@ impl Serving {
         let [prefill, decode]: [Graph; 2] =
             entry_points(family, weights, max_context, 1)?.try_into().expect("two entry points");
         let used: BTreeSet<&str> = prefill.params().map(|(_, name, _)| name).collect();
-        if let Some(name) = weights.unused(&used) {
+        if let Some(name) = weights.unused(&used, &family.unread_tensors()) {
             return Err(ModelError::UnusedTensor { name, family: family.name().to_string() });
         }
         let vocab = prefill.node(prefill.outputs()[0]).ty.shape[2];

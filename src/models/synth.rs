@@ -22,6 +22,7 @@ use crate::interp;
 use crate::trace::nn::{Rope, RopeScaling, RopeStyle};
 use crate::trace::Tracer;
 use crate::weights::ggml::GgmlType;
+use crate::weights::gguf::ValueType;
 use crate::weights::gguf_writer::{GgufWriter, TensorData, Value, WriteSummary};
 use crate::weights::WeightsError;
 use std::collections::HashMap;
@@ -47,6 +48,19 @@ pub enum Arch {
     /// `llm_build_gemma3`: adds Q/K norms, post-attention and post-FFN
     /// norms, and sliding-window layers; the embedding is tied.
     Gemma3,
+    /// `llama_model_gemma3n`: Gemma 3's blocks with per-layer token
+    /// embeddings, AltUp, LAuReL, shared KV and sparse FFNs; every 5th layer
+    /// global.
+    Gemma3n {
+        /// `embedding_length_per_layer_input`.
+        per_layer_input: usize,
+        /// Rank of the LAuReL matrices.
+        laurel_rank: usize,
+        /// `attention.shared_kv_layers`: the last layers.
+        shared_kv_layers: usize,
+        /// The first layers, whose FFN is sparse (`Φ⁻¹(0.95)`).
+        sparse_layers: usize,
+    },
 }
 
 impl Arch {
@@ -55,7 +69,13 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma3n { .. } => "gemma3n",
         }
+    }
+
+    /// Gemma's block: Q/K norms, and norms after attention and the FFN.
+    fn gemma_block(self) -> bool {
+        matches!(self, Arch::Gemma3 | Arch::Gemma3n { .. })
     }
 }
 
@@ -134,11 +154,16 @@ pub enum Preset {
     /// A llama of 2 blocks, width 64 and 256 byte tokens as Q8_0 (106,816
     /// parameters), with a tokenizer: quick to export and compile.
     TinyLlama,
+    /// Gemma-3n-E2B as Q4_K_M (the model kiln was started for): 30 layers
+    /// of width 2048, a 262144 x 7680 per-layer token table, 4.46B
+    /// parameters.
+    Gemma3nE2b,
 }
 
 impl Preset {
     /// Every preset.
-    pub const ALL: [Preset; 4] = [Preset::Llama3_8b, Preset::Gemma3_4_5b, Preset::Llama1b, Preset::TinyLlama];
+    pub const ALL: [Preset; 5] =
+        [Preset::Llama3_8b, Preset::Gemma3_4_5b, Preset::Llama1b, Preset::TinyLlama, Preset::Gemma3nE2b];
 
     /// The preset's command-line name: `llama3-8b`.
     pub fn name(self) -> &'static str {
@@ -147,6 +172,7 @@ impl Preset {
             Preset::Gemma3_4_5b => "gemma3-4.5b",
             Preset::Llama1b => "llama-1b",
             Preset::TinyLlama => "tiny-llama",
+            Preset::Gemma3nE2b => "gemma3n-e2b",
         }
     }
 
@@ -252,6 +278,29 @@ impl Preset {
                 quant: Quant::Q8_0,
                 byte_tokenizer: true,
             },
+            // google/gemma-3n-E2B's text_config, with the 262144 tokens of
+            // llama.cpp's older converter (262400 in HF).
+            Preset::Gemma3nE2b => SynthConfig {
+                arch: Arch::Gemma3n { per_layer_input: 256, laurel_rank: 64, shared_kv_layers: 10, sparse_layers: 10 },
+                name,
+                dims: Dims {
+                    block_count: 30,
+                    embedding_length: 2048,
+                    head_count: 8,
+                    head_count_kv: 2,
+                    head_dim: 256,
+                    vocab_size: 262144,
+                    rms_norm_eps: 1e-6,
+                },
+                feed_forward_length: 8192,
+                context_length: 32768,
+                rope: RopeConfig { theta: 1_000_000.0, scaling: RopeScaling::None },
+                sliding_window: Some(512),
+                tied_embeddings: true,
+                token_embd_type: None,
+                quant: Quant::Q4KM,
+                byte_tokenizer: false,
+            },
         }
     }
 }
@@ -309,6 +358,14 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
     // Tied, the embedding is quantized as the output head would be.
     let embd_type = c.token_embd_type.unwrap_or(q(c.tied_embeddings));
     add("token_embd.weight".into(), &[vocab, hidden], embd_type);
+    if let Arch::Gemma3n { per_layer_input, .. } = c.arch {
+        // The per-layer table as llama.cpp quantizes token embeddings.
+        add("per_layer_token_embd.weight".into(), &[vocab, n * per_layer_input], q(true));
+        add("per_layer_model_proj.weight".into(), &[n * per_layer_input, hidden], q(false));
+        add("per_layer_proj_norm.weight".into(), &[per_layer_input], GgmlType::F32);
+        add("altup_proj.weight".into(), &[3, hidden, hidden], q(false));
+        add("altup_unembd_proj.weight".into(), &[3, hidden, hidden], q(false));
+    }
     for i in 0..n {
         let blk = |t: &str| format!("blk.{i}.{t}.weight");
         let more = use_more_bits(i, n);
@@ -317,7 +374,7 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
         add(blk("attn_k"), &[kv_dim, hidden], q(false));
         add(blk("attn_v"), &[kv_dim, hidden], q(more));
         add(blk("attn_output"), &[hidden, q_dim], q(false));
-        if c.arch == Arch::Gemma3 {
+        if c.arch.gemma_block() {
             add(blk("attn_q_norm"), &[d.head_dim], GgmlType::F32);
             add(blk("attn_k_norm"), &[d.head_dim], GgmlType::F32);
             add(blk("post_attention_norm"), &[hidden], GgmlType::F32);
@@ -326,8 +383,25 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
         add(blk("ffn_gate"), &[ff, hidden], q(false));
         add(blk("ffn_up"), &[ff, hidden], q(false));
         add(blk("ffn_down"), &[hidden, ff], q(more));
-        if c.arch == Arch::Gemma3 {
+        if c.arch.gemma_block() {
             add(blk("post_ffw_norm"), &[hidden], GgmlType::F32);
+        }
+        if let Arch::Gemma3n { per_layer_input, laurel_rank, .. } = c.arch {
+            add(blk("inp_gate"), &[per_layer_input, hidden], q(false));
+            add(blk("proj"), &[hidden, per_layer_input], q(false));
+            add(blk("post_norm"), &[hidden], GgmlType::F32);
+            // AltUp's 4 x 4 coefficients and router are too narrow for a
+            // block: kept F32.
+            add(blk("altup_correct_coef"), &[4, 4], GgmlType::F32);
+            add(blk("altup_correct_scale"), &[hidden], GgmlType::F32);
+            add(blk("altup_predict_coef"), &[16, 4], GgmlType::F32);
+            add(blk("altup_router"), &[4, hidden], GgmlType::F32);
+            add(blk("altup_router_norm"), &[hidden], GgmlType::F32);
+            add(blk("laurel_l"), &[laurel_rank, hidden], q(false));
+            // Rows of 64, not a whole K-quant block: llama.cpp falls back to Q5_0.
+            let narrow = if c.quant == Quant::Q4KM && laurel_rank % 256 != 0 { GgmlType::Q5_0 } else { q(false) };
+            add(blk("laurel_r"), &[hidden, laurel_rank], narrow);
+            add(blk("laurel_post_norm"), &[hidden], GgmlType::F32);
         }
     }
     add("output_norm.weight".into(), &[hidden], GgmlType::F32);
@@ -359,12 +433,32 @@ pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter> {
         ("rope.dimension_count", int(d.head_dim)),
         ("vocab_size", int(d.vocab_size)),
     ];
-    if c.arch == Arch::Gemma3 || d.head_dim * d.head_count != d.embedding_length {
+    if c.arch.gemma_block() || d.head_dim * d.head_count != d.embedding_length {
         keys.push(("attention.key_length", int(d.head_dim)));
         keys.push(("attention.value_length", int(d.head_dim)));
     }
     if let Some(window) = c.sliding_window {
         keys.push(("attention.sliding_window", int(window)));
+    }
+    if let Arch::Gemma3n { per_layer_input, shared_kv_layers, sparse_layers, .. } = c.arch {
+        // As conversion/gemma.py's Gemma3NModel writes them: per-layer
+        // arrays, and neither rope.dimension_count nor vocab_size.
+        keys.retain(|(k, _)| !["feed_forward_length", "rope.dimension_count", "vocab_size"].contains(k));
+        let layers = 0..d.block_count;
+        // Φ⁻¹(0.95) as torch computes it in f32, -inf for the dense layers.
+        let sparsity = layers.clone().map(|i| if i < sparse_layers { 1.644_853_6 } else { f32::NEG_INFINITY });
+        let sliding = layers.clone().map(|i| Value::Bool(!(i + 1).is_multiple_of(5)));
+        keys.extend([
+            ("feed_forward_length", Value::i32s(layers.map(|_| c.feed_forward_length as i32))),
+            ("rope.freq_base_swa", Value::F32(10_000.0)),
+            ("final_logit_softcapping", Value::F32(30.0)),
+            ("altup.active_idx", int(0)),
+            ("altup.num_inputs", int(4)),
+            ("embedding_length_per_layer_input", int(per_layer_input)),
+            ("attention.shared_kv_layers", int(shared_kv_layers)),
+            ("activation_sparsity_scale", Value::f32s(sparsity)),
+            ("attention.sliding_window_pattern", Value::array(ValueType::Bool, sliding.collect())),
+        ]);
     }
     for (key, value) in keys {
         w.add(&format!("{arch}.{key}"), value)?;
@@ -457,6 +551,9 @@ mod tests {
         assert_eq!(params(Preset::Llama1b), 1_235_814_400 + 32, "and rope_freqs.weight");
         assert_eq!(params(Preset::Gemma3_4_5b), 4_500_794_880);
         assert_eq!(params(Preset::TinyLlama), 106_816);
+        // E2B's 4.46B, 2.01B of them the per-layer table; 24 tensors a block.
+        assert_eq!(params(Preset::Gemma3nE2b), 4_455_632_480);
+        assert_eq!(tensors(&Preset::Gemma3nE2b.config()).len(), 6 + 30 * 24 + 1);
         assert_eq!(tensors(&Preset::Llama3_8b.config()).len(), 2 + 32 * 9 + 1);
         assert_eq!(tensors(&Preset::Gemma3_4_5b.config()).len(), 1 + 35 * 13 + 1);
         let w = writer(&Preset::Gemma3_4_5b.config(), Path::new("g.gguf")).unwrap();
@@ -486,6 +583,15 @@ mod tests {
         assert_eq!(types(Preset::Llama1b, "token_embd.weight"), Some(GgmlType::Q6_K));
         assert_eq!(types(Preset::Llama1b, "output.weight"), None);
         assert_eq!(types(Preset::Gemma3_4_5b, "blk.34.post_ffw_norm.weight"), Some(GgmlType::F32));
+        let e2b = Preset::Gemma3nE2b;
+        assert_eq!(types(e2b, "per_layer_token_embd.weight"), Some(GgmlType::Q6_K));
+        assert_eq!(types(e2b, "altup_proj.weight"), Some(GgmlType::Q4_K));
+        assert_eq!(types(e2b, "blk.3.laurel_r.weight"), Some(GgmlType::Q5_0), "rows of 64");
+        assert_eq!(
+            types(e2b, "blk.29.attn_k.weight"),
+            Some(GgmlType::Q4_K),
+            "shared layers keep theirs, as llama.cpp loads them"
+        );
     }
 
     #[test]

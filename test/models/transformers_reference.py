@@ -8,7 +8,7 @@ Run by hand, in a venv with torch (not part of `make setup`; `make test`
 only reads what this writes):
 
     python3 -m venv build/refvenv
-    build/refvenv/bin/pip install torch transformers==5.24.0 gguf safetensors numpy
+    build/refvenv/bin/pip install torch transformers==5.24.0 gguf safetensors numpy timm
     build/refvenv/bin/python test/models/transformers_reference.py
 
 OUT_DIR defaults to test/models/transformers. For each case below it writes
@@ -18,6 +18,16 @@ spellings, checked to load back to the same model) and `reference.npy`, the
 f32 logits `[len(PROMPT), vocab]` of PROMPT. Every parameter is perturbed
 away from its init (norms init to ones or zeros, biases to zeros), so that a
 norm read as `w` instead of `1 + w`, or a bias left out, shows.
+
+Gemma 3n (`gemma3n`, a `Gemma3nForCausalLM`): sliding and full layers, the
+last two sharing the K/V of the last layer of their type before them,
+activation sparsity on the first two, per-layer FFN widths;
+OUT_DIR/gemma3n/gemma3n.gguf is the same model converted to GGUF as
+llama.cpp's converter writes it (gemma3n_to_gguf.py). `gemma3n_multimodal`
+is the text part of a `Gemma3nForConditionalGeneration` (tiny vision and
+audio towers, which text prompts never reach; needs `pip install timm`),
+its config.json in the spelling of Google's (transformers 4.x keys), with a
+per-layer vocabulary smaller than the vocabulary: tokens past it take row 0.
 
 It also writes OUT_DIR/gguf/{smollm2,gemma3}.json: the real SmolLM2 and
 Gemma-3-270M GGUFs loaded by `from_pretrained(dir, gguf_file=...)` (f32),
@@ -39,6 +49,8 @@ import safetensors
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from gemma3n_to_gguf import convert as gemma3n_to_gguf
 
 HERE = Path(__file__).resolve().parent
 # The checkpoints `make setup` installs (src/models/mod.rs, `testing`).
@@ -63,6 +75,33 @@ COMMON = dict(
     eos_token_id=2,
     pad_token_id=0,
 )
+
+
+# A Gemma 3n with every part the E2B has: layer 0 onwards sliding, full,
+# ...; the last 2 layers share the K/V of layers 2 (sliding) and 3 (full);
+# sparse FFNs on layers 0 and 1; FFN widths per layer.
+GEMMA3N = {
+    **COMMON,
+    "hidden_size": 32,
+    "intermediate_size": [64, 64, 48, 48, 64, 64],
+    "num_hidden_layers": 6,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size_per_layer_input": VOCAB,
+    "hidden_size_per_layer_input": 8,
+    "laurel_rank": 4,
+    "altup_num_inputs": 4,
+    "num_kv_shared_layers": 2,
+    "layer_types": ["sliding_attention", "full_attention"] * 3,
+    "activation_sparsity_pattern": [0.95, 0.95, 0.0, 0.0, 0.0, 0.0],
+    "sliding_window": 4,
+    "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+    },
+    "final_logit_softcapping": 30.0,
+}
 
 
 def llama(**kw):
@@ -171,6 +210,7 @@ CASES = {
         ),
         "v4",
     ),
+    "gemma3n": (transformers.Gemma3nTextConfig(**GEMMA3N), None),
 }
 
 
@@ -191,7 +231,14 @@ def to_v4(config):
     """transformers 5's rope_parameters in 4.x keys."""
     c = dict(config)
     params = c.pop("rope_parameters")
-    if c["model_type"] == "gemma3_text":
+    if c["model_type"] == "gemma3n_text":
+        # As Google's gemma-3n config.json files spell it (transformers 4.53).
+        c["rope_theta"] = params["full_attention"]["rope_theta"]
+        c["rope_local_base_freq"] = params["sliding_attention"]["rope_theta"]
+        c["rope_scaling"] = None
+        c["query_pre_attn_scalar"] = c["head_dim"]
+        c["altup_lr_multiplier"] = 1.0
+    elif c["model_type"] == "gemma3_text":
         pattern = c.pop("_sliding_window_pattern", None) or 6
         c.pop("layer_types")
         c["sliding_window_pattern"] = pattern
@@ -264,6 +311,50 @@ def write_gemma3_multimodal(out, text_model, seed):
     print(f"gemma3_multimodal: {type(model).__name__}")
 
 
+def write_gemma3n_multimodal(out, seed):
+    """The text part of Gemma3nForConditionalGeneration: a Gemma 3n under
+    `model.language_model.` whose per-layer table stops 2 tokens short of
+    the vocabulary (as E2B's 262144 of 262400), next to tiny vision and
+    audio towers whose tokens (from their `vocab_offset`) are past the text
+    vocabulary. Its logits are checked to be those of the same text model
+    as a Gemma3nForCausalLM."""
+    text_config = transformers.Gemma3nTextConfig(**{**GEMMA3N, "vocab_size_per_layer_input": VOCAB - 2})
+    torch.manual_seed(seed)
+    text_model = transformers.Gemma3nForCausalLM(text_config).to(torch.float32).eval()
+    perturb(text_model, seed)
+    vision = transformers.Gemma3nVisionConfig(
+        architecture="test_efficientnet", hidden_size=8, vocab_size=2, vocab_offset=VOCAB
+    )
+    audio = transformers.Gemma3nAudioConfig(
+        vocab_size=2,
+        vocab_offset=VOCAB + 2,
+        input_feat_size=8,
+        hidden_size=8,
+        conf_num_attention_heads=2,
+        conf_num_hidden_layers=1,
+        sscp_conv_channel_size=[4, 4],
+    )
+    config = transformers.Gemma3nConfig(
+        text_config=text_config.to_dict(), vision_config=vision.to_dict(), audio_config=audio.to_dict()
+    )
+    model = transformers.Gemma3nForConditionalGeneration(config).to(torch.float32).eval()
+    perturb(model, seed + 1)
+    model.model.language_model.load_state_dict(text_model.model.state_dict())
+    want = logits(model, PROMPT)
+    assert np.allclose(want, logits(text_model, PROMPT), atol=1e-6, rtol=0), "the text part is the text model"
+    d = out / "gemma3n_multimodal"
+    shutil.rmtree(d, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(d)
+    path = d / "config.json"
+    written = json.loads(path.read_text())
+    written["text_config"] = to_v4(written["text_config"])
+    path.write_text(json.dumps(written, indent=2) + "\n")
+    again = transformers.Gemma3nForConditionalGeneration.from_pretrained(d, dtype=torch.float32).eval()
+    assert np.array_equal(logits(again, PROMPT), want), "gemma3n_multimodal: config.json does not load back"
+    np.save(d / "reference.npy", want.astype(np.float32))
+    print(f"gemma3n_multimodal: {type(model).__name__}")
+
+
 # The prompt of src/export/tests.rs, which checks that kiln's tokenizer
 # encodes it to the same ids as transformers' GGUF tokenizer does here.
 GGUF_PROMPT = "The capital of France is"
@@ -301,6 +392,8 @@ def main():
     for seed, (name, (config, rewrite)) in enumerate(CASES.items()):
         models[name] = write_case(out, name, config, rewrite, seed)
     write_gemma3_multimodal(out, models["gemma3"], 100)
+    gemma3n_to_gguf(out / "gemma3n", out / "gemma3n" / "gemma3n.gguf")
+    write_gemma3n_multimodal(out, 200)
     write_gguf_reference(out, "smollm2", SMOLLM2)
     write_gguf_reference(out, "gemma3", GEMMA3)
     versions = {
@@ -309,6 +402,7 @@ def main():
         "gguf": importlib.metadata.version("gguf"),
         "safetensors": safetensors.__version__,
         "numpy": np.__version__,
+        "timm": importlib.metadata.version("timm"),
         "prompt": PROMPT,
     }
     (out / "versions.json").write_text(json.dumps(versions, indent=2) + "\n")
