@@ -825,10 +825,11 @@ mod tests {
         a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
     }
 
-    /// The interpreter's prefill logits of the checkpoint, against transformers'.
+    /// The interpreter's logits at every position of the checkpoint (the
+    /// no-cache prefill), against transformers'.
     fn interpreter_diff(family: &Family, weights: &dyn Checkpoint, reference: &Path) -> f64 {
-        let serving = Serving::new(family, weights, 16).unwrap();
-        let got = interp::run(&serving.prefill, &[token_ids(&PROMPT)], weights).unwrap().remove(0).to_f64_vec();
+        let graph = crate::models::prefill(family, weights, PROMPT.len()).unwrap();
+        let got = interp::run(&graph, &[token_ids(&PROMPT)], weights).unwrap().remove(0).to_f64_vec();
         max_abs_diff(&got, &crate::npy::read(reference).unwrap().to_f64_vec())
     }
 
