@@ -578,7 +578,8 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Reduce { kind, dimensions } => reduce::lower_reduce(self, *kind, operands[0], dimensions, ty),
             Op::Dequantize { ggml } => dequantize::lower_dequantize(self, *ggml, operands[0], operand_types[0], ty),
             Op::PackedMatvec { ggml } => {
-                packed_matvec::lower_packed_matvec(self, *ggml, operands[0], operand_types[0], operands[1], ty)
+                let (raw, x) = (operands[0], operands[1]);
+                packed_matvec::lower_packed_matvec(self, *ggml, raw, operand_types[0], x, operand_types[1], ty)
             }
         }
     }

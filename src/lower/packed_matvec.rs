@@ -20,14 +20,16 @@
 use super::constant::lower_constant;
 use super::dialects::stablehlo;
 use super::reduce::lower_reduce;
-use super::{Emitter, LowerError};
+use super::{Emitter, Function, LowerError};
 use crate::graph::{DType, ReduceKind, TensorType};
 use crate::weights::ggml::GgmlType;
-use melior::ir::attribute::IntegerAttribute;
+use melior::dialect::func;
+use melior::ir::attribute::{IntegerAttribute, StringAttribute, TypeAttribute};
 use melior::ir::operation::OperationBuilder;
-use melior::ir::r#type::IntegerType;
-use melior::ir::{Block, BlockLike, Identifier, Region, RegionLike, Type, Value, ValueLike};
+use melior::ir::r#type::{FunctionType, IntegerType};
+use melior::ir::{Block, BlockLike, Identifier, Location, Region, RegionLike, Type, Value, ValueLike};
 use melior::Context;
+use std::cell::OnceCell;
 use std::collections::HashMap;
 
 /// Lanes per vector: one AVX-512 register of f32.
@@ -38,7 +40,49 @@ const COMPILATION_INFO: &str = "#iree_codegen.compilation_info<lowering_config =
     vector_reduction = [0, 0, 1]>, translation_info = \
     #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>>";
 
+/// A call to one private function per (ggml type, raw type, shape),
+/// appended at its first use: a model's hundreds of products come in a
+/// handful of shapes, and each body is a few hundred ops. iree-compile
+/// inlines the calls again.
 pub(super) fn lower_packed_matvec<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    ggml: GgmlType,
+    raw: Value<'c, 'a>,
+    raw_ty: &TensorType,
+    x: Value<'c, 'a>,
+    x_ty: &TensorType,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let unsigned = if raw_ty.dtype == DType::UI8 { "_ui8" } else { "" };
+    let dims: Vec<String> = raw_ty.shape.iter().map(|d| d.to_string()).collect();
+    let callee = format!("packed_matvec_{}_{}{unsigned}", ggml.name().to_lowercase(), dims.join("x"));
+    if e.scope.callees.borrow_mut().insert(callee.clone()) {
+        let ctx = e.ctx();
+        let loc = Location::name(ctx, &callee, Location::unknown(ctx));
+        let (arg_types, result) = ([e.tensor_type(raw_ty), e.tensor_type(x_ty)], e.tensor_type(ty));
+        let block = Block::new(&[(arg_types[0], loc), (arg_types[1], loc)]);
+        {
+            let function =
+                Function { dynamic_source: None, dynamic_size: OnceCell::new(), dynamic_index: OnceCell::new() };
+            let inner = Emitter { block: &block, function: &function, node: &callee, ..*e };
+            let (raw, x) =
+                (block.argument(0).expect("two arguments").into(), block.argument(1).expect("two arguments").into());
+            let y = emit_body(&inner, ggml, raw, raw_ty, x, ty)?;
+            block.append_operation(func::r#return(&[y], loc));
+        }
+        let region = Region::new();
+        region.append_block(block);
+        let function_type = FunctionType::new(ctx, &arg_types, &[result]);
+        let private = (Identifier::new(ctx, "sym_visibility"), StringAttribute::new(ctx, "private").into());
+        let name = StringAttribute::new(ctx, &callee);
+        let function = func::func(ctx, name, TypeAttribute::new(function_type.into()), region, &[private], loc);
+        e.scope.module.body().append_operation(function);
+    }
+    Ok(e.call(&callee, &[raw, x], &[e.tensor_type(ty)])[0])
+}
+
+/// The body of [`lower_packed_matvec`]'s function.
+fn emit_body<'c, 'a>(
     e: &Emitter<'c, 'a>,
     ggml: GgmlType,
     raw: Value<'c, 'a>,
