@@ -43,9 +43,9 @@
 //! and values, sparsity 0.95 on the first 10, every 5th layer global, a
 //! local rope base of 10000.
 
-use super::blocks::{merge_heads, split_heads, Activation, GatedFfn, Head, Layer, LayerCache, Positional};
+use super::blocks::{last_row, merge_heads, split_heads, Activation, GatedFfn, Head, Layer, LayerCache, Positional};
 use super::config::{self, Dims, GgufKeys, RopeConfig};
-use super::{Checkpoint, Decoder, KvCache, ModelError, Result, Span, Weight};
+use super::{Checkpoint, Decoder, KvCache, Logits, ModelError, Result, Span, Weight};
 use crate::graph::{ComparisonDirection, DType, ReduceKind, TensorType};
 use crate::trace::nn::{attention, RopeScaling};
 use crate::trace::{Tensor, Tracer};
@@ -793,7 +793,14 @@ impl<'t> Decoder<'t> for Gemma3n<'t> {
             }
             h = next;
         }
-        let logits = self.head.forward(&self.merge(&h)?, at.logits)?;
+        // The last position's rows of the streams before they merge: the
+        // merge reduces over each row, and a slice after it fuses into that
+        // reduction as a 256 KiB stack buffer per dispatch, past IREE's limit.
+        let h = match at.logits {
+            Logits::Every => h,
+            Logits::Last => h.iter().map(last_row).collect::<Result<Streams<'t>>>()?,
+        };
+        let logits = self.head.forward(&self.merge(&h)?, Logits::Every)?;
         Ok(match c.final_logit_softcapping {
             Some(cap) => logits.soft_cap(cap)?,
             None => logits,
