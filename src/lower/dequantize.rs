@@ -36,8 +36,14 @@ pub(super) fn lower_dequantize<'c, 'a>(
 /// `dequantize_q4_k_4096x14336`, with `_ui8` for unsigned raw bytes and `d`
 /// for a `?` dim.
 fn callee_name(ggml: GgmlType, raw_ty: &TensorType, ty: &TensorType) -> String {
+    ggml_callee("dequantize", ggml, raw_ty, &ty.shape)
+}
+
+/// `{op}_{ggml type}_{dims}`: the symbol of a composite op's private
+/// function, with `_ui8` for unsigned raw bytes and `d` for a `?` dim.
+pub(super) fn ggml_callee(op: &str, ggml: GgmlType, raw_ty: &TensorType, dims: &[usize]) -> String {
     let dims: Vec<String> =
-        ty.shape.iter().map(|&d| if d == crate::graph::DYNAMIC { "d".into() } else { d.to_string() }).collect();
+        dims.iter().map(|&d| if d == crate::graph::DYNAMIC { "d".into() } else { d.to_string() }).collect();
     let unsigned = if raw_ty.dtype == DType::UI8 { "_ui8" } else { "" };
-    format!("dequantize_{}_{}{unsigned}", ggml.name().to_lowercase(), dims.join("x"))
+    format!("{op}_{}_{}{unsigned}", ggml.name().to_lowercase(), dims.join("x"))
 }

@@ -290,19 +290,33 @@ impl Session {
                 .collect::<Result<Vec<_>, _>>()?;
             block.append_operation(func::r#return(&outputs, Location::name(ctx, "return", Location::unknown(ctx))));
         }
+        self.append_function(scope, &graph.name, &arg_types, &result_types, block, kind);
+        Ok(())
+    }
+
+    /// Appends `func.func @name` to the module, its body the one `block`.
+    fn append_function(
+        &self,
+        scope: &Scope<'_, '_>,
+        name: &str,
+        arg_types: &[Type],
+        result_types: &[Type],
+        block: Block,
+        kind: FunctionKind,
+    ) {
+        let ctx = &self.context;
         let region = Region::new();
         region.append_block(block);
-        let function_type = FunctionType::new(ctx, &arg_types, &result_types);
-        let loc = Location::name(ctx, &graph.name, Location::unknown(ctx));
+        let function_type = FunctionType::new(ctx, arg_types, result_types);
+        let loc = Location::name(ctx, name, Location::unknown(ctx));
         let private = (Identifier::new(ctx, "sym_visibility"), StringAttribute::new(ctx, "private").into());
         let attributes = match kind {
             FunctionKind::Public => vec![],
             FunctionKind::Private => vec![private],
         };
-        let name = StringAttribute::new(ctx, &graph.name);
+        let name = StringAttribute::new(ctx, name);
         let function = func::func(ctx, name, TypeAttribute::new(function_type.into()), region, &attributes, loc);
         scope.module.body().append_operation(function);
-        Ok(())
     }
 }
 

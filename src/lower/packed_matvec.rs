@@ -18,16 +18,17 @@
 //! workgroup, 16 lanes per vector, one block per reduction step.
 
 use super::constant::lower_constant;
+use super::dequantize::ggml_callee;
 use super::dialects::stablehlo;
 use super::reduce::lower_reduce;
-use super::{Emitter, Function, LowerError};
+use super::{Emitter, Function, FunctionKind, LowerError};
 use crate::graph::{DType, ReduceKind, TensorType};
 use crate::weights::ggml::GgmlType;
 use melior::dialect::func;
-use melior::ir::attribute::{IntegerAttribute, StringAttribute, TypeAttribute};
+use melior::ir::attribute::IntegerAttribute;
 use melior::ir::operation::OperationBuilder;
-use melior::ir::r#type::{FunctionType, IntegerType};
-use melior::ir::{Block, BlockLike, Identifier, Location, Region, RegionLike, Type, Value, ValueLike};
+use melior::ir::r#type::IntegerType;
+use melior::ir::{Attribute, Block, BlockLike, Identifier, Location, Region, RegionLike, Type, Value, ValueLike};
 use melior::Context;
 use std::cell::OnceCell;
 use std::collections::HashMap;
@@ -53,9 +54,7 @@ pub(super) fn lower_packed_matvec<'c, 'a>(
     x_ty: &TensorType,
     ty: &TensorType,
 ) -> Result<Value<'c, 'a>, LowerError> {
-    let unsigned = if raw_ty.dtype == DType::UI8 { "_ui8" } else { "" };
-    let dims: Vec<String> = raw_ty.shape.iter().map(|d| d.to_string()).collect();
-    let callee = format!("packed_matvec_{}_{}{unsigned}", ggml.name().to_lowercase(), dims.join("x"));
+    let callee = ggml_callee("packed_matvec", ggml, raw_ty, &raw_ty.shape);
     if e.scope.callees.borrow_mut().insert(callee.clone()) {
         let ctx = e.ctx();
         let loc = Location::name(ctx, &callee, Location::unknown(ctx));
@@ -70,13 +69,7 @@ pub(super) fn lower_packed_matvec<'c, 'a>(
             let y = emit_body(&inner, ggml, raw, raw_ty, x, ty)?;
             block.append_operation(func::r#return(&[y], loc));
         }
-        let region = Region::new();
-        region.append_block(block);
-        let function_type = FunctionType::new(ctx, &arg_types, &[result]);
-        let private = (Identifier::new(ctx, "sym_visibility"), StringAttribute::new(ctx, "private").into());
-        let name = StringAttribute::new(ctx, &callee);
-        let function = func::func(ctx, name, TypeAttribute::new(function_type.into()), region, &[private], loc);
-        e.scope.module.body().append_operation(function);
+        e.session.append_function(e.scope, &callee, &arg_types, &[result], block, FunctionKind::Private);
     }
     Ok(e.call(&callee, &[raw, x], &[e.tensor_type(ty)])[0])
 }
@@ -285,8 +278,21 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
     }
 
     fn op(&self, name: &str, operands: &[Value<'c, 'b>], result: Type<'c>) -> Value<'c, 'b> {
+        self.op_with(name, operands, None, result)
+    }
+
+    /// `name` with `operands` and one attribute, if any, to one `result`.
+    fn op_with(
+        &self,
+        name: &str,
+        operands: &[Value<'c, 'b>],
+        attribute: Option<(&str, Attribute<'c>)>,
+        result: Type<'c>,
+    ) -> Value<'c, 'b> {
+        let attributes: Vec<_> = attribute.into_iter().map(|(k, v)| (Identifier::new(self.ctx, k), v)).collect();
         let op = OperationBuilder::new(name, self.operands.e.loc())
             .add_operands(operands)
+            .add_attributes(&attributes)
             .add_results(&[result])
             .build()
             .expect("a generic op with operands and one result builds");
@@ -303,13 +309,8 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
 
     /// An integer constant of `v`'s type.
     fn int_const(&self, v: Value<'c, 'b>, value: i64) -> Value<'c, 'b> {
-        let attr = IntegerAttribute::new(v.r#type(), value);
-        let op = OperationBuilder::new("arith.constant", self.operands.e.loc())
-            .add_attributes(&[(Identifier::new(self.ctx, "value"), attr.into())])
-            .add_results(&[v.r#type()])
-            .build()
-            .expect("arith.constant builds");
-        self.block.append_operation(op).result(0).expect("one result").into()
+        let attr = IntegerAttribute::new(v.r#type(), value).into();
+        self.op_with("arith.constant", &[], Some(("value", attr)), v.r#type())
     }
 
     fn and(&self, v: Value<'c, 'b>, mask: i64) -> Value<'c, 'b> {
@@ -375,13 +376,8 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
 
     /// This lane's index in its group of `LANES`, as i32.
     fn lane(&self) -> Value<'c, 'b> {
-        let index = Type::index(self.ctx);
-        let op = OperationBuilder::new("linalg.index", self.operands.e.loc())
-            .add_attributes(&[(Identifier::new(self.ctx, "dim"), IntegerAttribute::new(self.int(64), 1).into())])
-            .add_results(&[index])
-            .build()
-            .expect("linalg.index builds");
-        let i = self.block.append_operation(op).result(0).expect("one result").into();
+        let dim = IntegerAttribute::new(self.int(64), 1).into();
+        let i = self.op_with("linalg.index", &[], Some(("dim", dim)), Type::index(self.ctx));
         self.cast("arith.index_cast", i, self.int(32))
     }
 
