@@ -15,7 +15,8 @@
 //! weight is bit-exact with it (each product below is exact in f32).
 //!
 //! The lowering config is llvm-cpu's (`iree::COMPILE_FLAGS`): 16 rows per
-//! workgroup, 16 lanes per vector, one block per reduction step.
+//! workgroup, 16 lanes per vector, one block per reduction step, and one or
+//! two rows per step by row length ([`TWO_ROWS_MAX_BYTES`]).
 
 use super::constant::lower_constant;
 use super::dequantize::ggml_callee;
@@ -36,10 +37,23 @@ use std::collections::HashMap;
 /// Lanes per vector: one AVX-512 register of f32.
 const LANES: usize = 16;
 
-const COMPILATION_INFO: &str = "#iree_codegen.compilation_info<lowering_config = \
-    #iree_cpu.lowering_config<distribution = [16, 16, 0], vector_common_parallel = [1, 16, 0], \
-    vector_reduction = [0, 0, 1]>, translation_info = \
-    #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>>";
+/// Rows with at most this many bytes are decoded two per step, longer ones
+/// one per step. Measured in SmolLM2's and Gemma-3-270M's decode (one
+/// thread, weights streamed from memory): two 360-440 byte rows (Q4_1,
+/// Q5_0 over 576-640 values) per step take 0.75-0.8x the time of one; rows
+/// of 576 bytes and more (Q8_0, K-quants, Q4_1 over 1536 values) take
+/// 1.0-1.2x.
+const TWO_ROWS_MAX_BYTES: usize = 512;
+
+/// llvm-cpu's config: 16 rows per workgroup, `rows_per_step` rows of 16
+/// lanes per vector step, one block per reduction step.
+fn compilation_info(rows_per_step: usize) -> String {
+    format!(
+        "#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<distribution = [16, 16, 0], \
+         vector_common_parallel = [{rows_per_step}, 16, 0], vector_reduction = [0, 0, 1]>, translation_info = \
+         #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>>"
+    )
+}
 
 /// A call to one private function per (ggml type, raw type, shape),
 /// appended at its first use: a model's hundreds of products come in a
@@ -97,7 +111,18 @@ fn emit_body<'c, 'a>(
     let x_ty = TensorType::new([blocks, bs], DType::F32);
     let x = e.emit(stablehlo::reshape(ctx, e.tensor_type(&x_ty), x, e.loc()))?;
 
-    let mut operands = Operands { e, raw, x, blocks, rows, values: Vec::new(), maps: Vec::new(), args: HashMap::new() };
+    let mut operands = Operands {
+        e,
+        raw,
+        halves: OnceCell::new(),
+        x,
+        blocks,
+        rows,
+        size,
+        values: Vec::new(),
+        maps: Vec::new(),
+        args: HashMap::new(),
+    };
     let body = Block::new(&[]);
     {
         let mut b = Body { ctx, block: &body, operands: &mut operands };
@@ -142,7 +167,7 @@ fn emit_body<'c, 'a>(
             attr("indexing_maps", &maps)?,
             attr("iterator_types", &iterators)?,
             attr("operandSegmentSizes", &segments)?,
-            attr("compilation_info", COMPILATION_INFO)?,
+            attr("compilation_info", &compilation_info(if blocks * size <= TWO_ROWS_MAX_BYTES { 2 } else { 1 }))?,
         ])
         .add_regions([region])
         .build()
@@ -157,9 +182,13 @@ fn emit_body<'c, 'a>(
 struct Operands<'e, 'c, 'a> {
     e: &'e Emitter<'c, 'a>,
     raw: Value<'c, 'a>,
+    /// `raw` viewed as i16 `[rows, blocks, type_size / 2]`, made at first use.
+    halves: OnceCell<Value<'c, 'a>>,
     x: Value<'c, 'a>,
     blocks: usize,
     rows: usize,
+    /// Bytes per block.
+    size: usize,
     values: Vec<Value<'c, 'a>>,
     maps: Vec<&'static str>,
     args: HashMap<Input, usize>,
@@ -171,6 +200,9 @@ enum Input {
     Lanes(usize),
     /// The byte at this offset in each block: `[rows, blocks]`.
     Byte(usize),
+    /// The 16-bit word at this (even) byte offset in each block: `[rows,
+    /// blocks]` i16, read from [`Operands::halves`].
+    Half(usize),
     /// `x`'s values `LANES * g ..` of each block: `[blocks, LANES]`.
     X(usize),
 }
@@ -201,6 +233,25 @@ impl<'c, 'a> Operands<'_, 'c, 'a> {
         e.emit(stablehlo::reshape(e.ctx(), e.tensor_type(out), v, e.loc()))
     }
 
+    /// `raw` as i16 words: `flow.tensor.bitcast` is a view, so an f16 field
+    /// is one load (two bytes and a shift and an or, vectorized across rows,
+    /// are several times that).
+    fn halves(&self) -> Result<Value<'c, 'a>, LowerError> {
+        if let Some(&v) = self.halves.get() {
+            return Ok(v);
+        }
+        let e = self.e;
+        let ty = TensorType::new([self.rows, self.blocks, self.size / 2], DType::I16);
+        let op = OperationBuilder::new("flow.tensor.bitcast", e.loc())
+            .add_operands(&[self.raw])
+            .add_attributes(&[(Identifier::new(e.ctx(), "operandSegmentSizes"), e.parse_attribute("array<i32: 1, 0, 0>")?)])
+            .add_results(&[e.tensor_type(&ty)])
+            .build()
+            .map_err(|err| e.error(format!("flow.tensor.bitcast: {err}")))?;
+        let v = e.emit(op)?;
+        Ok(*self.halves.get_or_init(|| v))
+    }
+
     /// The operand for `input`, sliced and recorded at its first use.
     fn value(&mut self, input: Input) -> Result<(Value<'c, 'a>, &'static str), LowerError> {
         let (rows, blocks) = (self.rows, self.blocks);
@@ -223,6 +274,18 @@ impl<'c, 'a> Operands<'_, 'c, 'a> {
                 )?,
                 "affine_map<(n, l, b) -> (n, b)>",
             ),
+            Input::Half(off) => {
+                let halves = self.halves()?;
+                (
+                    self.slice(
+                        halves,
+                        &[0, 0, off / 2],
+                        &[rows, blocks, off / 2 + 1],
+                        &TensorType::new([rows, blocks], DType::I16),
+                    )?,
+                    "affine_map<(n, l, b) -> (n, b)>",
+                )
+            }
             Input::X(g) => (
                 self.slice(
                     self.x,
@@ -257,7 +320,11 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
             return Ok(self.block.argument(i).expect("added below").into());
         }
         let (value, map) = self.operands.value(input)?;
-        let elem = if matches!(input, Input::X(_)) { self.f32() } else { self.int(8) };
+        let elem = match input {
+            Input::X(_) => self.f32(),
+            Input::Half(_) => self.int(16),
+            Input::Lanes(_) | Input::Byte(_) => self.int(8),
+        };
         let i = self.operands.values.len();
         self.operands.values.push(value);
         self.operands.maps.push(map);
@@ -350,11 +417,9 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
         self.cast("arith.sitofp", v, self.f32())
     }
 
-    /// The little-endian f16 at `offset`, as f32.
+    /// The little-endian f16 at `offset` (even in every ggml block), as f32.
     fn f16(&mut self, offset: usize) -> Result<Value<'c, 'b>, LowerError> {
-        let (lo, hi) = (self.byte(offset)?, self.byte(offset + 1)?);
-        let (lo, hi) = (self.zext(lo, 16), self.zext(hi, 16));
-        let bits = self.binary("arith.ori", lo, self.shl(hi, 8));
+        let bits = self.arg(Input::Half(offset))?;
         let half = self.cast("arith.bitcast", bits, Type::float16(self.ctx));
         Ok(self.cast("arith.extf", half, self.f32()))
     }
