@@ -100,6 +100,11 @@ def StableHLO_TransposeOp : StableHLO_Op<"transpose"> {
   let results = (outs AnyTensor:$result);
 }
 
+def StableHLO_ReverseOp : StableHLO_Op<"reverse"> {
+  let arguments = (ins AnyTensor:$operand, DenseI64ArrayAttr:$dimensions);
+  let results = (outs AnyTensor:$result);
+}
+
 def StableHLO_BroadcastInDimOp : StableHLO_Op<"broadcast_in_dim"> {
   let arguments = (ins AnyTensor:$operand,
                    DenseI64ArrayAttr:$broadcast_dimensions);

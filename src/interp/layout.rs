@@ -14,6 +14,22 @@ pub(super) fn transpose(x: &Value, permutation: &[usize]) -> Buffer {
     take(&x.data, &strided_offsets(&shape, &walk, 0))
 }
 
+/// Result index `i` reads operand index `i` with `size - 1 - i[d]` along
+/// each of `dims`.
+pub(super) fn reverse(x: &Value, dims: &[usize]) -> Buffer {
+    let (shape, s) = (&x.ty.shape, strides(&x.ty.shape));
+    let offsets = strided_offsets(shape, &s, 0)
+        .into_iter()
+        .map(|offset| {
+            dims.iter().fold(offset, |o, &d| {
+                let i = o / s[d] % shape[d];
+                o - i * s[d] + (shape[d] - 1 - i) * s[d]
+            })
+        })
+        .collect::<Vec<_>>();
+    take(&x.data, &offsets)
+}
+
 /// Operand dim `j` maps to result dim `dims[j]`; size-1 operand dims repeat.
 pub(super) fn broadcast_in_dim(x: &Value, dims: &[usize], out: &TensorType) -> Buffer {
     let s = strides(&x.ty.shape);

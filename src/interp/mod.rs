@@ -447,6 +447,7 @@ fn eval(
         // Row-major data reinterpreted under the new shape.
         Op::Reshape => Ok(arg(0).data.clone()),
         Op::Transpose { permutation } => Ok(layout::transpose(arg(0), permutation)),
+        Op::Reverse { dimensions } => Ok(layout::reverse(arg(0), dimensions)),
         Op::BroadcastInDim { broadcast_dimensions } => Ok(layout::broadcast_in_dim(arg(0), broadcast_dimensions, ty)),
         Op::Concatenate { dimension } => {
             let inputs: Vec<&Value> = (0..node.operands.len()).map(arg).collect();

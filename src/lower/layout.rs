@@ -60,6 +60,15 @@ pub(super) fn lower_transpose<'c, 'a>(
     e.emit(stablehlo::transpose(e.ctx(), result, operand, e.i64_array(permutation), e.loc()))
 }
 
+pub(super) fn lower_reverse<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    operand: Value<'c, 'a>,
+    dimensions: &[usize],
+    result: Type<'c>,
+) -> Result<Value<'c, 'a>, LowerError> {
+    e.emit(stablehlo::reverse(e.ctx(), result, operand, e.i64_array(dimensions), e.loc()))
+}
+
 pub(super) fn lower_broadcast_in_dim<'c, 'a>(
     e: &Emitter<'c, 'a>,
     operand: Value<'c, 'a>,

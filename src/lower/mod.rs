@@ -570,6 +570,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Select => elementwise::lower_select(self, operands, result),
             Op::Reshape => layout::lower_reshape(self, operands[0], operand_types[0], ty),
             Op::Transpose { permutation } => layout::lower_transpose(self, operands[0], permutation, result),
+            Op::Reverse { dimensions } => layout::lower_reverse(self, operands[0], dimensions, result),
             Op::BroadcastInDim { broadcast_dimensions } => {
                 layout::lower_broadcast_in_dim(self, operands[0], operand_types[0], broadcast_dimensions, ty)
             }

@@ -294,6 +294,11 @@ impl<'t> Tensor<'t> {
         self.tracer.push("", Op::Transpose { permutation: permutation.to_vec() }, &[self], None)
     }
 
+    /// The same elements, their order along each of `dimensions` reversed.
+    pub fn reverse(&self, dimensions: &[usize]) -> Result<Tensor<'t>, TraceError> {
+        self.tracer.push("", Op::Reverse { dimensions: dimensions.to_vec() }, &[self], None)
+    }
+
     /// `self` broadcast to `shape`; its dim `i` becomes the result's dim
     /// `broadcast_dimensions[i]` (of the same size, or 1).
     pub fn broadcast_in_dim(&self, shape: &[usize], broadcast_dimensions: &[usize]) -> Result<Tensor<'t>, TraceError> {

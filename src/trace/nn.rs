@@ -564,34 +564,26 @@ impl<'t> Rotation<'t> {
             return fail(OP, format!("x must be [..., seq={seq}, head_dim={}], found {}", 2 * half, x.ty));
         }
         let x32 = to_f32(x)?;
-        // Halves of the last dim: contiguous (NeoX) or every other (interleaved).
-        let part = |first: usize, stride: usize| {
-            let (mut start, mut limit, mut strides) = (vec![0; rank], x.ty.shape.clone(), vec![1; rank]);
-            start[rank - 1] = first;
-            strides[rank - 1] = stride;
-            if stride == 1 {
-                limit[rank - 1] = first + half;
-            }
-            x32.slice(&start, &limit, &strides)
+        // Each pair on its own axis, [..., seq, 2, half] (NeoX) or [...,
+        // seq, half, 2] (interleaved): y = x·cos + reverse(x)·(∓sin) along
+        // it, one element-wise expression with no slices or concatenation
+        // (which IREE runs as two copies per rotated tensor).
+        let (pair_axis, half_axis) = match self.style {
+            RopeStyle::NeoX => (rank - 1, rank),
+            RopeStyle::Interleaved => (rank, rank - 1),
         };
-        let (a, b) = match self.style {
-            RopeStyle::NeoX => (part(0, 1)?, part(half, 1)?),
-            RopeStyle::Interleaved => (part(0, 2)?, part(1, 2)?),
-        };
-        let cos = self.cos.broadcast_in_dim(&a.ty.shape, &[rank - 2, rank - 1])?;
-        let sin = self.sin.broadcast_in_dim(&a.ty.shape, &[rank - 2, rank - 1])?;
-        let ra = a.multiply(&cos)?.subtract(&b.multiply(&sin)?)?;
-        let rb = a.multiply(&sin)?.add(&b.multiply(&cos)?)?;
-        let y = match self.style {
-            RopeStyle::NeoX => x.tracer.concatenate(&[&ra, &rb], rank - 1)?,
-            RopeStyle::Interleaved => {
-                // [..., half] x2 -> [..., half, 2] -> [..., 2·half]: pairs back side by side.
-                let mut pair_shape = a.ty.shape.clone();
-                pair_shape.push(1);
-                let pairs = x.tracer.concatenate(&[&ra.reshape(&pair_shape)?, &rb.reshape(&pair_shape)?], rank)?;
-                pairs.reshape(&x.ty.shape)?
-            }
-        };
+        let mut pairs_shape = x.ty.shape[..rank - 1].to_vec();
+        pairs_shape.insert(pair_axis.min(half_axis), if pair_axis < half_axis { 2 } else { half });
+        pairs_shape.push(if pair_axis < half_axis { half } else { 2 });
+        let pairs = x32.reshape(&pairs_shape)?;
+        let table = |t: &Tensor<'t>| t.broadcast_in_dim(&pairs_shape, &[rank - 2, half_axis]);
+        // -1 for the pair's first feature, +1 for its second.
+        let tracer = x.tracer;
+        let sign = tracer.iota(0, f32_type(&[2]))?.multiply(&tracer.constant(2.0, f32_type(&[2]))?)?;
+        let sign = sign.subtract(&tracer.constant(1.0, f32_type(&[2]))?)?.broadcast_in_dim(&pairs_shape, &[pair_axis])?;
+        let rotated = pairs.multiply(&table(&self.cos)?)?;
+        let swapped = pairs.reverse(&[pair_axis])?.multiply(&table(&self.sin)?.multiply(&sign)?)?;
+        let y = rotated.add(&swapped)?.reshape(&x.ty.shape)?;
         cast(&y, x.ty.dtype)
     }
 }

@@ -51,6 +51,12 @@ pub fn infer_transpose(operand: &TensorType, permutation: &[usize]) -> Result<Te
     Ok(TensorType::new(shape, operand.dtype))
 }
 
+/// reverse_c2..c3: `dimensions` unique and in range; the type is kept.
+pub fn infer_reverse(operand: &TensorType, dimensions: &[usize]) -> Result<TensorType, ShapeError> {
+    check_dims("reverse", "C2", "dimensions", dimensions, operand.rank())?;
+    Ok(operand.clone())
+}
+
 /// broadcast_in_dim_c2..c5: one result dim per operand dim, unique, in range,
 /// and each operand dim is 1 or equals the result dim it maps to.
 pub fn infer_broadcast_in_dim(

@@ -70,6 +70,11 @@ pub enum Op {
         /// Operand dim of each result dim.
         permutation: Vec<usize>,
     },
+    /// The same elements with the order along each of `dimensions` reversed.
+    Reverse {
+        /// The dims whose order is reversed.
+        dimensions: Vec<usize>,
+    },
     /// To the declared shape.
     BroadcastInDim {
         /// Result dim of each operand dim.
@@ -181,6 +186,7 @@ impl Op {
             Op::Select => "select",
             Op::Reshape => "reshape",
             Op::Transpose { .. } => "transpose",
+            Op::Reverse { .. } => "reverse",
             Op::BroadcastInDim { .. } => "broadcast_in_dim",
             Op::Concatenate { .. } => "concatenate",
             Op::Slice { .. } => "slice",
@@ -224,6 +230,7 @@ impl Op {
             | Op::Not
             | Op::Reshape
             | Op::Transpose { .. }
+            | Op::Reverse { .. }
             | Op::BroadcastInDim { .. }
             | Op::Slice { .. }
             | Op::Reduce { .. }
@@ -279,6 +286,7 @@ impl Op {
             Op::Select => elementwise::infer_select(operands[0], operands[1], operands[2]),
             Op::Reshape => layout::infer_reshape(operands[0], declared.expect("declared-type op")),
             Op::Transpose { permutation } => layout::infer_transpose(operands[0], permutation),
+            Op::Reverse { dimensions } => layout::infer_reverse(operands[0], dimensions),
             Op::BroadcastInDim { broadcast_dimensions } => {
                 layout::infer_broadcast_in_dim(operands[0], broadcast_dimensions, declared.expect("declared-type op"))
             }
@@ -326,6 +334,7 @@ impl Op {
             Op::Iota { iota_dimension } => vec![("iota_dimension", AttrValue::Int(*iota_dimension))],
             Op::Compare(d) => vec![("comparison_direction", AttrValue::Ident(d.as_str().into()))],
             Op::Transpose { permutation } => vec![("permutation", AttrValue::Ints(permutation.clone()))],
+            Op::Reverse { dimensions } => vec![("dimensions", AttrValue::Ints(dimensions.clone()))],
             Op::BroadcastInDim { broadcast_dimensions } => {
                 vec![("broadcast_dimensions", AttrValue::Ints(broadcast_dimensions.clone()))]
             }
@@ -372,6 +381,7 @@ impl Op {
             "select" => Op::Select,
             "reshape" => Op::Reshape,
             "transpose" => Op::Transpose { permutation: attrs.ints("permutation")? },
+            "reverse" => Op::Reverse { dimensions: attrs.ints("dimensions")? },
             "broadcast_in_dim" => Op::BroadcastInDim { broadcast_dimensions: attrs.ints("broadcast_dimensions")? },
             "concatenate" => Op::Concatenate { dimension: attrs.int("dimension")? },
             "slice" => Op::Slice {
