@@ -244,7 +244,10 @@ impl<'c, 'a> Operands<'_, 'c, 'a> {
         let ty = TensorType::new([self.rows, self.blocks, self.size / 2], DType::I16);
         let op = OperationBuilder::new("flow.tensor.bitcast", e.loc())
             .add_operands(&[self.raw])
-            .add_attributes(&[(Identifier::new(e.ctx(), "operandSegmentSizes"), e.parse_attribute("array<i32: 1, 0, 0>")?)])
+            .add_attributes(&[(
+                Identifier::new(e.ctx(), "operandSegmentSizes"),
+                e.parse_attribute("array<i32: 1, 0, 0>")?,
+            )])
             .add_results(&[e.tensor_type(&ty)])
             .build()
             .map_err(|err| e.error(format!("flow.tensor.bitcast: {err}")))?;

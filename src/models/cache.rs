@@ -24,22 +24,33 @@ impl<'t> Cache<'t> {
         };
         let index = |i: usize| t.constant(i as f64, start.ty.clone());
         let (layer_index, zero) = (index(layer)?, index(0)?);
-        let old = self.0.slice(&[layer, 0, 0, 0], &[layer + 1, kv_heads, context, head_dim], &[1; 4])?;
-        let old = old.reshape(&[kv_heads, context, head_dim])?;
-        let row = if x.ty.is_dynamic() {
-            // iree-compile cannot legalize a dynamic_update_slice whose update
-            // is `?` long, so a prompt is spread over the whole row instead:
-            // position j takes x[j - start] (gather clamps the index) where
-            // j >= start. Positions past the prompt get copies of its last
-            // row; the mask hides them until decode overwrites them.
-            let j = t.iota(0, TensorType::new([context], DType::I32))?;
-            let start_j = start.broadcast_in_dim(&[context], &[])?;
-            let spread = x.transpose(&[1, 0, 2])?.gather(&j.subtract(&start_j)?)?.transpose(&[1, 0, 2])?;
-            let before = j.compare(ComparisonDirection::Lt, &start_j)?.broadcast_in_dim(&old.ty.shape, &[1])?;
-            before.select(&old, &spread)?
-        } else {
-            old.dynamic_update_slice(x, &[&zero, start, &zero])?
+        let layer_of = |cache: &Tensor<'t>| {
+            cache
+                .slice(&[layer, 0, 0, 0], &[layer + 1, kv_heads, context, head_dim], &[1; 4])?
+                .reshape(&[kv_heads, context, head_dim])
         };
+        if !x.ty.is_dynamic() {
+            // The rows go straight into the whole cache, which IREE updates in
+            // place; writing the layer's slice and then the slice back made
+            // four 96 KB copies per layer and step on SmolLM2.
+            let [_, seq, _] = x.ty.shape[..] else {
+                return Err(ModelError::Config(format!("cache rows are [kv_heads, seq, head_dim], found {}", x.ty)));
+            };
+            let rows = x.reshape(&[1, kv_heads, seq, head_dim])?;
+            self.0 = self.0.dynamic_update_slice(&rows, &[&layer_index, &zero, start, &zero])?;
+            return Ok(layer_of(&self.0)?);
+        }
+        // iree-compile cannot legalize a dynamic_update_slice whose update is
+        // `?` long, so a prompt is spread over the whole row instead: position
+        // j takes x[j - start] (gather clamps the index) where j >= start.
+        // Positions past the prompt get copies of its last row; the mask
+        // hides them until decode overwrites them.
+        let old = layer_of(&self.0)?;
+        let j = t.iota(0, TensorType::new([context], DType::I32))?;
+        let start_j = start.broadcast_in_dim(&[context], &[])?;
+        let spread = x.transpose(&[1, 0, 2])?.gather(&j.subtract(&start_j)?)?.transpose(&[1, 0, 2])?;
+        let before = j.compare(ComparisonDirection::Lt, &start_j)?.broadcast_in_dim(&old.ty.shape, &[1])?;
+        let row = before.select(&old, &spread)?;
         let update = row.reshape(&[1, kv_heads, context, head_dim])?;
         self.0 = self.0.dynamic_update_slice(&update, &[&layer_index, &zero, &zero, &zero])?;
         Ok(row)

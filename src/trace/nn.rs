@@ -580,7 +580,8 @@ impl<'t> Rotation<'t> {
         // -1 for the pair's first feature, +1 for its second.
         let tracer = x.tracer;
         let sign = tracer.iota(0, f32_type(&[2]))?.multiply(&tracer.constant(2.0, f32_type(&[2]))?)?;
-        let sign = sign.subtract(&tracer.constant(1.0, f32_type(&[2]))?)?.broadcast_in_dim(&pairs_shape, &[pair_axis])?;
+        let sign =
+            sign.subtract(&tracer.constant(1.0, f32_type(&[2]))?)?.broadcast_in_dim(&pairs_shape, &[pair_axis])?;
         let rotated = pairs.multiply(&table(&self.cos)?)?;
         let swapped = pairs.reverse(&[pair_axis])?.multiply(&table(&self.sin)?.multiply(&sign)?)?;
         let y = rotated.add(&swapped)?.reshape(&x.ty.shape)?;
