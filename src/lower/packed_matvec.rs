@@ -10,13 +10,16 @@
 //! lane groups `g`, accumulated in one vector register per row, and only
 //! the final `Σ_l part[n, l]` (a small `stablehlo.reduce`) crosses lanes.
 //! The generic's operands are plain slices of the block bytes (each lane
-//! group's 16 contiguous bytes, each scalar field's byte), which IREE reads
-//! in place; the decoding is the CPU dequantizer's arithmetic, so every
-//! weight is bit-exact with it (each product below is exact in f32).
+//! group's 16 contiguous bytes, each scalar field's byte, each f16 field of
+//! an i16 view), which IREE reads in place. The decoding is the CPU
+//! dequantizer's arithmetic (each product in it is exact in f32, so every
+//! K-quant weight is bit-exact with it); the 32-value types multiply their
+//! block's scale and min into the block's sums instead ([`Decoded`]).
 //!
 //! The lowering config is llvm-cpu's (`iree::COMPILE_FLAGS`): 16 rows per
-//! workgroup, 16 lanes per vector, one block per reduction step, and one or
-//! two rows per step by row length ([`TWO_ROWS_MAX_BYTES`]).
+//! workgroup (64 for a vocabulary head, [`WIDE_ROWS`]), 16 lanes per vector,
+//! one block per reduction step, and one or two rows per step by row length
+//! ([`TWO_ROWS_MAX_BYTES`]).
 
 use super::constant::lower_constant;
 use super::dequantize::ggml_callee;
@@ -45,12 +48,18 @@ const LANES: usize = 16;
 /// 1.0-1.2x.
 const TWO_ROWS_MAX_BYTES: usize = 512;
 
-/// llvm-cpu's config: 16 rows per workgroup, `rows_per_step` rows of 16
-/// lanes per vector step, one block per reduction step.
-fn compilation_info(rows_per_step: usize) -> String {
+/// Products with at least this many rows (vocabulary heads) take 64 rows
+/// per workgroup, others 16: Gemma-3-270M's 262144-row head then runs 4096
+/// workgroups instead of 16384 (decode 2-4% faster), while a 1536-row
+/// product split 24 ways balances worse over the threads than 96 ways.
+const WIDE_ROWS: usize = 16384;
+
+/// llvm-cpu's config: `workgroup_rows` rows per workgroup, `step_rows` rows
+/// of 16 lanes per vector step, one block per reduction step.
+fn compilation_info(workgroup_rows: usize, step_rows: usize) -> String {
     format!(
-        "#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<distribution = [16, 16, 0], \
-         vector_common_parallel = [{rows_per_step}, 16, 0], vector_reduction = [0, 0, 1]>, translation_info = \
+        "#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<distribution = [{workgroup_rows}, 16, 0], \
+         vector_common_parallel = [{step_rows}, 16, 0], vector_reduction = [0, 0, 1]>, translation_info = \
          #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>>"
     )
 }
@@ -126,17 +135,23 @@ fn emit_body<'c, 'a>(
     let body = Block::new(&[]);
     {
         let mut b = Body { ctx, block: &body, operands: &mut operands };
-        let terms = decode(&mut b, ggml)?;
+        let Decoded { terms, scale, min } = decode(&mut b, ggml)?;
         let mut sum = None;
+        let mut x_sum = None;
         for (w, group) in terms {
             let xg = b.x_group(group)?;
-            let p = b.binary("arith.mulf", w, xg);
-            sum = Some(match sum {
-                None => p,
-                Some(s) => b.binary("arith.addf", s, p),
-            });
+            let p = b.mul(w, xg);
+            sum = Some(sum.map_or(p, |s| b.add(s, p)));
+            if min.is_some() {
+                x_sum = Some(x_sum.map_or(xg, |s| b.add(s, xg)));
+            }
         }
         let sum = sum.ok_or_else(|| e.error("packed_matvec: a block with no values"))?;
+        let sum = scale.map_or(sum, |d| b.mul(d, sum));
+        let sum = match (min, x_sum) {
+            (Some(m), Some(xs)) => b.add(sum, b.mul(m, xs)),
+            _ => sum,
+        };
         let acc = body.add_argument(b.f32(), e.loc());
         let total = b.binary("arith.addf", acc, sum);
         body.append_operation(
@@ -167,7 +182,13 @@ fn emit_body<'c, 'a>(
             attr("indexing_maps", &maps)?,
             attr("iterator_types", &iterators)?,
             attr("operandSegmentSizes", &segments)?,
-            attr("compilation_info", &compilation_info(if blocks * size <= TWO_ROWS_MAX_BYTES { 2 } else { 1 }))?,
+            attr(
+                "compilation_info",
+                &compilation_info(
+                    if rows >= WIDE_ROWS { 64 } else { 16 },
+                    if blocks * size <= TWO_ROWS_MAX_BYTES { 2 } else { 1 },
+                ),
+            )?,
         ])
         .add_regions([region])
         .build()
@@ -471,37 +492,46 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
     }
 }
 
-/// One lane of one block as `(weight, x group)` pairs: the weight at value
-/// `LANES * group + lane` of the block, decoded as ggml's CPU dequantizer
-/// does (`weights::quant`).
-fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Vec<(Value<'c, 'b>, usize)>, LowerError> {
+/// One lane of one block: `(value, x group)` pairs, the value at `LANES *
+/// group + lane` of the block decoded as ggml's CPU dequantizer does
+/// (`weights::quant`), and the block's scale and min where one pair covers
+/// all of its 32 values. Then the values are the quants and the block adds
+/// `scale · Σ q·x + min · Σ x`, as ggml's dot kernels factor it: the same
+/// sum as the dequantized weights' `Σ (scale · q + min) · x`, with one
+/// multiply per block instead of one per value, rounded differently.
+struct Decoded<'c, 'b> {
+    terms: Vec<(Value<'c, 'b>, usize)>,
+    scale: Option<Value<'c, 'b>>,
+    min: Option<Value<'c, 'b>>,
+}
+
+fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Decoded<'c, 'b>, LowerError> {
     use GgmlType as T;
     let mut terms = Vec::new();
+    let (mut scale, mut min) = (None, None);
     match ggml {
         // block_q8_0 { d; qs[32] }: d * qs.
         T::Q8_0 => {
-            let d = b.f16(0)?;
+            scale = Some(b.f16(0)?);
             for g in 0..2 {
                 let q = b.lanes(2 + LANES * g)?;
-                terms.push((b.mul(b.sfloat(q), d), g));
+                terms.push((b.sfloat(q), g));
             }
         }
         // block_q4_0 { d; qs[16] }: d * (nibble - 8), low nibbles first.
         T::Q4_0 => {
-            let d = b.f16(0)?;
+            scale = Some(b.f16(0)?);
             let qs = b.lanes(2)?;
             for g in 0..2 {
-                let q = b.sub_int(b.nibble(qs, 4 * g as i64), 8);
-                terms.push((b.mul(b.sfloat(q), d), g));
+                terms.push((b.sfloat(b.sub_int(b.nibble(qs, 4 * g as i64), 8)), g));
             }
         }
         // block_q4_1 { d; m; qs[16] }: d * nibble + m.
         T::Q4_1 => {
-            let (d, m) = (b.f16(0)?, b.f16(2)?);
+            (scale, min) = (Some(b.f16(0)?), Some(b.f16(2)?));
             let qs = b.lanes(4)?;
             for g in 0..2 {
-                let q = b.ufloat(b.nibble(qs, 4 * g as i64));
-                terms.push((b.add(b.mul(d, q), m), g));
+                terms.push((b.ufloat(b.nibble(qs, 4 * g as i64)), g));
             }
         }
         // block_q5_0 { d; qh[4]; qs[16] } and block_q5_1 { d; m; qh[4];
@@ -509,8 +539,8 @@ fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Vec<(V
         // d * (q - 16), q5_1 d * q + m.
         T::Q5_0 | T::Q5_1 => {
             let legacy = ggml == T::Q5_0;
-            let d = b.f16(0)?;
-            let m = if legacy { None } else { Some(b.f16(2)?) };
+            scale = Some(b.f16(0)?);
+            min = if legacy { None } else { Some(b.f16(2)?) };
             let at = if legacy { 2 } else { 4 };
             let qh = b.u32(at)?;
             let qs = b.lanes(at + 4)?;
@@ -520,10 +550,7 @@ fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Vec<(V
                 let bit_at = if g == 0 { lane } else { b.binary("arith.addi", lane, b.int_const(lane, 16)) };
                 let high = b.and(b.binary("arith.shrui", qh, bit_at), 1);
                 let q = b.binary("arith.ori", low, b.shl(high, 4));
-                terms.push(match m {
-                    None => (b.mul(b.sfloat(b.sub_int(q, 16)), d), g),
-                    Some(m) => (b.add(b.mul(b.ufloat(q), d), m), g),
-                });
+                terms.push((if legacy { b.sfloat(b.sub_int(q, 16)) } else { b.ufloat(q) }, g));
             }
         }
         // block_q4_k { d; dmin; scales[12]; qs[128] } and block_q5_k { d;
@@ -631,5 +658,5 @@ fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Vec<(V
         }
         other => return Err(b.operands.e.error(format!("packed_matvec: no block decoder for {other}"))),
     }
-    Ok(terms)
+    Ok(Decoded { terms, scale, min })
 }
