@@ -299,7 +299,8 @@ fn run(cli: Cli) -> Result<()> {
             println!("compiled {} in {:.1} s", vmfb.display(), start.elapsed().as_secs_f64());
         }
         Command::Run { dir, prompt, max_new_tokens } => {
-            let g = export::generate(&dir, &prompt, max_new_tokens, &Iree::locate()?)?;
+            let iree = Iree::locate()?;
+            let g = export::generate(&dir, &prompt, max_new_tokens, &iree)?;
             println!("{prompt}{}", g.text);
             eprintln!(
                 "{} prompt tokens, {} new tokens in {:.2} s ({:.1} tokens/s, including module load and prefill)",
@@ -308,6 +309,21 @@ fn run(cli: Cli) -> Result<()> {
                 g.seconds,
                 g.tokens.len() as f64 / g.seconds
             );
+            // The decode rate: the same call with one new token takes the
+            // load, the prefill and the first token; the rest is decode.
+            if g.tokens.len() > 1 {
+                let first = export::generate(&dir, &prompt, 1, &iree)?;
+                let decode = g.seconds - first.seconds;
+                if decode > 0.0 {
+                    eprintln!(
+                        "decode: {:.1} tokens/s ({} tokens in {:.3} s, less a 1-token run's {:.2} s)",
+                        (g.tokens.len() - 1) as f64 / decode,
+                        g.tokens.len() - 1,
+                        decode,
+                        first.seconds
+                    );
+                }
+            }
         }
         Command::Dev { command: DevCommand::Synth { preset, output, data, seed } } => {
             let start = std::time::Instant::now();
