@@ -568,13 +568,12 @@ impl<'t> Rotation<'t> {
         // seq, half, 2] (interleaved): y = x·cos + reverse(x)·(∓sin) along
         // it, one element-wise expression with no slices or concatenation
         // (which IREE runs as two copies per rotated tensor).
-        let (pair_axis, half_axis) = match self.style {
-            RopeStyle::NeoX => (rank - 1, rank),
-            RopeStyle::Interleaved => (rank, rank - 1),
+        let (pair_axis, half_axis, pair_dims) = match self.style {
+            RopeStyle::NeoX => (rank - 1, rank, [2, half]),
+            RopeStyle::Interleaved => (rank, rank - 1, [half, 2]),
         };
         let mut pairs_shape = x.ty.shape[..rank - 1].to_vec();
-        pairs_shape.insert(pair_axis.min(half_axis), if pair_axis < half_axis { 2 } else { half });
-        pairs_shape.push(if pair_axis < half_axis { half } else { 2 });
+        pairs_shape.extend(pair_dims);
         let pairs = x32.reshape(&pairs_shape)?;
         let table = |t: &Tensor<'t>| t.broadcast_in_dim(&pairs_shape, &[rank - 2, half_axis]);
         // -1 for the pair's first feature, +1 for its second.
@@ -582,9 +581,9 @@ impl<'t> Rotation<'t> {
         let sign = tracer.iota(0, f32_type(&[2]))?.multiply(&tracer.constant(2.0, f32_type(&[2]))?)?;
         let sign =
             sign.subtract(&tracer.constant(1.0, f32_type(&[2]))?)?.broadcast_in_dim(&pairs_shape, &[pair_axis])?;
-        let rotated = pairs.multiply(&table(&self.cos)?)?;
-        let swapped = pairs.reverse(&[pair_axis])?.multiply(&table(&self.sin)?.multiply(&sign)?)?;
-        let y = rotated.add(&swapped)?.reshape(&x.ty.shape)?;
+        let x_cos = pairs.multiply(&table(&self.cos)?)?;
+        let swapped_sin = pairs.reverse(&[pair_axis])?.multiply(&table(&self.sin)?.multiply(&sign)?)?;
+        let y = x_cos.add(&swapped_sin)?.reshape(&x.ty.shape)?;
         cast(&y, x.ty.dtype)
     }
 }
