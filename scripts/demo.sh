@@ -14,4 +14,4 @@ echo "== kiln compile (iree-compile, llvm-cpu, O3; about a minute on 2 cores) ==
 "$kiln" compile "$out"
 echo
 echo "== kiln run (one iree-run-module call: prefill, then a stablehlo.while of greedy decodes) =="
-"$kiln" run "$out" --prompt "The capital of France is" --max-new-tokens 16
+"$kiln" run "$out" --prompt "The capital of France is" --max-new-tokens 16 --decode-rate

@@ -113,6 +113,11 @@ enum Command {
         prompt: String,
         #[arg(long, default_value_t = 16)]
         max_new_tokens: usize,
+        /// Also print the decode rate, from a second call with one new token
+        /// (its module load and prefill subtracted): one more load and
+        /// prefill, so off by default.
+        #[arg(long)]
+        decode_rate: bool,
     },
     /// Developer tools.
     Dev {
@@ -298,7 +303,7 @@ fn run(cli: Cli) -> Result<()> {
             let vmfb = export::compile(&dir, &Iree::locate()?)?;
             println!("compiled {} in {:.1} s", vmfb.display(), start.elapsed().as_secs_f64());
         }
-        Command::Run { dir, prompt, max_new_tokens } => {
+        Command::Run { dir, prompt, max_new_tokens, decode_rate } => {
             let iree = Iree::locate()?;
             let g = export::generate(&dir, &prompt, max_new_tokens, &iree)?;
             println!("{prompt}{}", g.text);
@@ -311,7 +316,7 @@ fn run(cli: Cli) -> Result<()> {
             );
             // The decode rate: the same call with one new token takes the
             // load, the prefill and the first token; the rest is decode.
-            if g.tokens.len() > 1 {
+            if decode_rate && g.tokens.len() > 1 {
                 let first = export::generate(&dir, &prompt, 1, &iree)?;
                 let decode = g.seconds - first.seconds;
                 if decode > 0.0 {
