@@ -196,12 +196,12 @@ def StableHLO_GatherOp : StableHLO_Op<"gather"> {
   let results = (outs AnyTensor:$result);
 }
 
-// Reductions. StableHLO's `inputs` and `init_values` are variadic with the
-// same size; kiln reduces one tensor at a time.
-def StableHLO_ReduceOp : StableHLO_Op<"reduce"> {
-  let arguments = (ins AnyTensor:$inputs, AnyTensor:$init_values,
+// Reductions: `inputs` and `init_values` are variadic with the same size,
+// one result per input, reduced together by one body.
+def StableHLO_ReduceOp : StableHLO_Op<"reduce", [SameVariadicOperandSize]> {
+  let arguments = (ins Variadic<AnyTensor>:$inputs, Variadic<AnyTensor>:$init_values,
                    DenseI64ArrayAttr:$dimensions);
-  let results = (outs AnyTensor:$result);
+  let results = (outs Variadic<AnyTensor>:$results);
   let regions = (region AnyRegion:$body);
 }
 

@@ -19,15 +19,17 @@ pub(super) fn dequantize(ggml: GgmlType, raw: &Value) -> Result<Buffer, String> 
     quant::dequantize_to_vec(ggml, bytes).map(Buffer::F32).map_err(|e| e.to_string())
 }
 
-/// `x · wᵀ` for `w` the dequantized `raw` rows, summed in f64 like
-/// `dot_general`.
-pub(super) fn packed_matvec(ggml: GgmlType, raw: &Value, x: &Value) -> Result<Buffer, String> {
-    let Buffer::F32(w) = dequantize(ggml, raw)? else { unreachable!("dequantize yields f32") };
+/// `x · wᵀ` for each `w` the dequantized rows of one of `matrices`, one
+/// after another, summed in f64 like `dot_general`.
+pub(super) fn packed_matvec(ggml: GgmlType, matrices: &[&Value], x: &Value) -> Result<Buffer, String> {
     let Buffer::F32(x) = &x.data else { return Err(format!("expects f32 x, found {}", x.ty)) };
-    let y = w
-        .chunks(x.len())
-        .map(|row| row.iter().zip(x).map(|(&w, &x)| w as f64 * x as f64).sum::<f64>() as f32)
-        .collect::<Vec<f32>>();
+    let mut y = Vec::new();
+    for raw in matrices {
+        let Buffer::F32(w) = dequantize(ggml, raw)? else { unreachable!("dequantize yields f32") };
+        y.extend(
+            w.chunks(x.len()).map(|row| row.iter().zip(x).map(|(&w, &x)| w as f64 * x as f64).sum::<f64>() as f32),
+        );
+    }
     Ok(Buffer::F32(y))
 }
 

@@ -469,7 +469,10 @@ fn eval(
         Op::Gather => gather::gather(arg(0), arg(1)),
         Op::Reduce { kind, dimensions } => Ok(reduce::reduce(*kind, arg(0), dimensions, ty)),
         Op::Dequantize { ggml } => dequantize::dequantize(*ggml, arg(0)),
-        Op::PackedMatvec { ggml } => dequantize::packed_matvec(*ggml, arg(0), arg(1)),
+        Op::PackedMatvec { ggml } => {
+            let matrices: Vec<&Value> = (0..node.operands.len() - 1).map(arg).collect();
+            dequantize::packed_matvec(*ggml, &matrices, arg(node.operands.len() - 1))
+        }
     }
     .map_err(op_err)?;
     let value = Value { ty: ty.clone(), data };

@@ -5,8 +5,9 @@ use super::{Emitter, LowerError};
 use crate::graph::{TensorType, DYNAMIC};
 use melior::ir::attribute::DenseI64ArrayAttribute;
 use melior::ir::attribute::IntegerAttribute;
-use melior::ir::r#type::IntegerType;
-use melior::ir::{Type, Value};
+use melior::ir::operation::{OperationLike, OperationResult};
+use melior::ir::r#type::{DimSize, IntegerType, RankedTensorType, ShapedTypeLike};
+use melior::ir::{Type, Value, ValueLike};
 
 pub(super) fn lower_reshape<'c, 'a>(
     e: &Emitter<'c, 'a>,
@@ -133,6 +134,9 @@ pub(super) fn lower_slice<'c, 'a>(
             (e.shape_tensor(start_indices)?, e.shape_tensor(limit_indices)?, e.shape_tensor(strides)?);
         return e.emit(stablehlo::real_dynamic_slice(e.ctx(), result, operand, start, limit, strides, e.loc()));
     }
+    if let Some(input) = concatenated_input(operand, &operand_type.shape, start_indices, limit_indices, strides) {
+        return Ok(input);
+    }
     e.emit(stablehlo::slice(
         e.ctx(),
         result,
@@ -142,6 +146,43 @@ pub(super) fn lower_slice<'c, 'a>(
         e.i64_array(strides),
         e.loc(),
     ))
+}
+
+/// The input of the `stablehlo.concatenate` that made `operand` (of
+/// `shape`) when the slice is exactly that input. IREE 3.13 folds such a
+/// slice only after it has formed dispatches, and until then the
+/// concatenation keeps the input's consumers out of its producer's dispatch
+/// (a decode step's gate and up from one `packed_matvec`: one more dispatch a
+/// layer).
+fn concatenated_input<'c, 'a>(
+    operand: Value<'c, 'a>,
+    shape: &[usize],
+    start: &[usize],
+    limit: &[usize],
+    strides: &[usize],
+) -> Option<Value<'c, 'a>>
+where
+    'c: 'a,
+{
+    let concat = OperationResult::try_from(operand).ok()?.owner();
+    if concat.name().as_string_ref().as_str() != Ok("stablehlo.concatenate") || strides.iter().any(|&s| s != 1) {
+        return None;
+    }
+    let dim = usize::try_from(IntegerAttribute::try_from(concat.attribute("dimension").ok()?).ok()?.value()).ok()?;
+    let whole_elsewhere = (0..shape.len()).all(|d| d == dim || (start[d] == 0 && limit[d] == shape[d]));
+    let mut offset = 0;
+    for i in 0..concat.operand_count() {
+        let input = concat.operand(i).ok()?;
+        let DimSize::Static(len) = RankedTensorType::try_from(input.r#type()).ok()?.dim_size(dim).ok()? else {
+            return None;
+        };
+        let len = len as usize;
+        if whole_elsewhere && start[dim] == offset && limit[dim] == offset + len {
+            return Some(input);
+        }
+        offset += len;
+    }
+    None
 }
 
 pub(super) fn lower_pad<'c, 'a>(

@@ -354,7 +354,11 @@ pub(crate) struct Scope<'c, 'm> {
 /// hint. When any op of a function carries the hint, IREE's
 /// `AnnotateDataTilingHints` leaves the choice to the hinted ops; the
 /// barrier is no linalg op, so nothing in the function is data-tiled.
-fn mark_untiled<'c, 'a>(ctx: &'c Context, block: &'a Block<'c>, value: Value<'c, 'a>) -> Result<Value<'c, 'a>, LowerError> {
+fn mark_untiled<'c, 'a>(
+    ctx: &'c Context,
+    block: &'a Block<'c>,
+    value: Value<'c, 'a>,
+) -> Result<Value<'c, 'a>, LowerError> {
     let loc = Location::name(ctx, "untiled", Location::unknown(ctx));
     let op = OperationBuilder::new("util.optimization_barrier", loc)
         .add_operands(&[value])
@@ -641,8 +645,9 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Reduce { kind, dimensions } => reduce::lower_reduce(self, *kind, operands[0], dimensions, ty),
             Op::Dequantize { ggml } => dequantize::lower_dequantize(self, *ggml, operands[0], operand_types[0], ty),
             Op::PackedMatvec { ggml } => {
-                let (raw, x) = (operands[0], operands[1]);
-                packed_matvec::lower_packed_matvec(self, *ggml, raw, operand_types[0], x, operand_types[1], ty)
+                let (&x, matrices) = operands.split_last().expect("at least two operands");
+                let x_ty = operand_types[operands.len() - 1];
+                packed_matvec::lower_packed_matvec(self, *ggml, matrices, operand_types[0], x, x_ty, ty)
             }
         }
     }

@@ -24,7 +24,8 @@
 use super::constant::lower_constant;
 use super::dequantize::ggml_callee;
 use super::dialects::stablehlo;
-use super::reduce::lower_reduce;
+use super::layout::lower_concatenate;
+use super::reduce::lower_reduce_all;
 use super::{Emitter, Function, FunctionKind, LowerError};
 use crate::graph::{DType, ReduceKind, TensorType};
 use crate::weights::ggml::GgmlType;
@@ -64,66 +65,81 @@ fn compilation_info(workgroup_rows: usize, step_rows: usize) -> String {
     )
 }
 
-/// A call to one private function per (ggml type, raw type, shape),
-/// appended at its first use: a model's hundreds of products come in a
-/// handful of shapes, and each body is a few hundred ops. iree-compile
-/// inlines the calls again.
+/// A call to one private function per (ggml type, raw type, shape, number
+/// of matrices), appended at its first use: a model's hundreds of products
+/// come in a handful of shapes, and each body is a few hundred ops.
+/// iree-compile inlines the calls again.
 pub(super) fn lower_packed_matvec<'c, 'a>(
     e: &Emitter<'c, 'a>,
     ggml: GgmlType,
-    raw: Value<'c, 'a>,
+    matrices: &[Value<'c, 'a>],
     raw_ty: &TensorType,
     x: Value<'c, 'a>,
     x_ty: &TensorType,
     ty: &TensorType,
 ) -> Result<Value<'c, 'a>, LowerError> {
-    let callee = ggml_callee("packed_matvec", ggml, raw_ty, &raw_ty.shape);
+    let n = matrices.len();
+    let op = if n == 1 { "packed_matvec".to_string() } else { format!("packed_matvec{n}") };
+    let callee = ggml_callee(&op, ggml, raw_ty, &raw_ty.shape);
+    let arg_types: Vec<Type> = (0..n).map(|_| e.tensor_type(raw_ty)).chain([e.tensor_type(x_ty)]).collect();
+    // One `[1, rows]` result per matrix.
+    let row_types = vec![e.tensor_type(&TensorType::new([1, raw_ty.shape[0]], DType::F32)); n];
     if e.scope.callees.borrow_mut().insert(callee.clone()) {
         let ctx = e.ctx();
         let loc = Location::name(ctx, &callee, Location::unknown(ctx));
-        let (arg_types, result) = ([e.tensor_type(raw_ty), e.tensor_type(x_ty)], e.tensor_type(ty));
-        let block = Block::new(&[(arg_types[0], loc), (arg_types[1], loc)]);
+        let block = Block::new(&arg_types.iter().map(|&t| (t, loc)).collect::<Vec<_>>());
         {
             let function =
                 Function { dynamic_source: None, dynamic_size: OnceCell::new(), dynamic_index: OnceCell::new() };
             let inner = Emitter { block: &block, function: &function, node: &callee, ..*e };
-            let (raw, x) =
-                (block.argument(0).expect("two arguments").into(), block.argument(1).expect("two arguments").into());
-            let y = emit_body(&inner, ggml, raw, raw_ty, x, ty)?;
-            block.append_operation(func::r#return(&[y], loc));
+            let arg = |i: usize| -> Value { block.argument(i).expect("one argument per operand").into() };
+            let rows = emit_body(&inner, ggml, (0..n).map(arg).collect(), raw_ty, arg(n))?;
+            block.append_operation(func::r#return(&rows, loc));
         }
-        e.session.append_function(e.scope, &callee, &arg_types, &[result], block, FunctionKind::Private);
+        e.session.append_function(e.scope, &callee, &arg_types, &row_types, block, FunctionKind::Private);
     }
-    Ok(e.call(&callee, &[raw, x], &[e.tensor_type(ty)])[0])
+    let operands: Vec<Value> = matrices.iter().copied().chain([x]).collect();
+    let rows = e.call(&callee, &operands, &row_types);
+    // The rows are concatenated here, not in the callee, so that
+    // `lower_slice` sees that a slice of one row is that row.
+    match rows[..] {
+        [y] => Ok(y),
+        _ => lower_concatenate(e, &rows, 0, e.tensor_type(ty)),
+    }
 }
 
-/// The body of [`lower_packed_matvec`]'s function.
+/// The body of [`lower_packed_matvec`]'s function: one generic over the
+/// rows that streams every matrix's blocks and yields each matrix's lane
+/// sums, then one reduce across the lanes; a `[1, rows]` result per matrix.
 fn emit_body<'c, 'a>(
     e: &Emitter<'c, 'a>,
     ggml: GgmlType,
-    raw: Value<'c, 'a>,
+    matrices: Vec<Value<'c, 'a>>,
     raw_ty: &TensorType,
     x: Value<'c, 'a>,
-    ty: &TensorType,
-) -> Result<Value<'c, 'a>, LowerError> {
+) -> Result<Vec<Value<'c, 'a>>, LowerError> {
     let [rows, blocks, size] = raw_ty.shape[..] else {
         return Err(e.error(format!("packed_matvec: expects [rows, blocks, type_size] bytes, found {raw_ty}")));
     };
     let ctx = e.ctx();
     // arith takes signless integers: view ui8 bytes as i8.
     let bytes_ty = TensorType::new([rows, blocks, size], DType::I8);
-    let raw = match raw_ty.dtype {
-        DType::I8 => raw,
-        _ => e.emit(stablehlo::bitcast_convert(ctx, e.tensor_type(&bytes_ty), raw, e.loc()))?,
-    };
+    let matrices = matrices
+        .into_iter()
+        .map(|raw| match raw_ty.dtype {
+            DType::I8 => Ok(raw),
+            _ => e.emit(stablehlo::bitcast_convert(ctx, e.tensor_type(&bytes_ty), raw, e.loc())),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let n = matrices.len();
     let bs = ggml.block_size();
     let x_ty = TensorType::new([blocks, bs], DType::F32);
     let x = e.emit(stablehlo::reshape(ctx, e.tensor_type(&x_ty), x, e.loc()))?;
 
     let mut operands = Operands {
         e,
-        raw,
-        halves: OnceCell::new(),
+        halves: (0..n).map(|_| OnceCell::new()).collect(),
+        matrices,
         x,
         blocks,
         rows,
@@ -134,41 +150,61 @@ fn emit_body<'c, 'a>(
     };
     let body = Block::new(&[]);
     {
-        let mut b = Body { ctx, block: &body, operands: &mut operands };
-        let Decoded { terms, scale, min } = decode(&mut b, ggml)?;
-        let mut sum = None;
+        let mut b = Body { ctx, block: &body, operands: &mut operands, matrix: 0 };
+        let mut sums = Vec::with_capacity(n);
+        // Σ x over the block's lane groups, shared by every matrix.
         let mut x_sum = None;
-        for (w, group) in terms {
-            let xg = b.x_group(group)?;
-            let p = b.mul(w, xg);
-            sum = Some(sum.map_or(p, |s| b.add(s, p)));
-            if min.is_some() {
-                x_sum = Some(x_sum.map_or(xg, |s| b.add(s, xg)));
+        for m in 0..n {
+            b.matrix = m;
+            let Decoded { terms, scale, min } = decode(&mut b, ggml)?;
+            let mut sum = None;
+            for (w, group) in &terms {
+                let xg = b.x_group(*group)?;
+                let p = b.mul(*w, xg);
+                sum = Some(sum.map_or(p, |s| b.add(s, p)));
             }
+            let sum = sum.ok_or_else(|| e.error("packed_matvec: a block with no values"))?;
+            let sum = scale.map_or(sum, |d| b.mul(d, sum));
+            let sum = match min {
+                Some(m) => {
+                    if x_sum.is_none() {
+                        let mut xs = None;
+                        for (_, group) in &terms {
+                            let xg = b.x_group(*group)?;
+                            xs = Some(xs.map_or(xg, |s| b.add(s, xg)));
+                        }
+                        x_sum = xs;
+                    }
+                    b.add(sum, b.mul(m, x_sum.expect("set above")))
+                }
+                None => sum,
+            };
+            sums.push(sum);
         }
-        let sum = sum.ok_or_else(|| e.error("packed_matvec: a block with no values"))?;
-        let sum = scale.map_or(sum, |d| b.mul(d, sum));
-        let sum = match (min, x_sum) {
-            (Some(m), Some(xs)) => b.add(sum, b.mul(m, xs)),
-            _ => sum,
-        };
-        let acc = body.add_argument(b.f32(), e.loc());
-        let total = b.binary("arith.addf", acc, sum);
+        // The accumulators follow every input among the body's arguments.
+        let totals: Vec<Value> = sums
+            .into_iter()
+            .map(|sum| {
+                let acc = body.add_argument(b.f32(), e.loc());
+                b.binary("arith.addf", acc, sum)
+            })
+            .collect();
         body.append_operation(
             OperationBuilder::new("linalg.yield", e.loc())
-                .add_operands(&[total])
+                .add_operands(&totals)
                 .build()
                 .map_err(|err| e.error(format!("linalg.yield: {err}")))?,
         );
     }
-    let Operands { values, maps, .. } = operands;
+    let Operands { values, mut maps, .. } = operands;
 
     let part_ty = TensorType::new([rows, LANES], DType::F32);
     let init = lower_constant(e, 0.0, &part_ty)?;
-    let maps = format!("[{}, affine_map<(n, l, b) -> (n, l)>]", maps.join(", "));
+    maps.extend(std::iter::repeat_n("affine_map<(n, l, b) -> (n, l)>", n));
+    let maps = format!("[{}]", maps.join(", "));
     let parallel = "#linalg.iterator_type<parallel>";
     let iterators = format!("[{parallel}, {parallel}, #linalg.iterator_type<reduction>]");
-    let segments = format!("array<i32: {}, 1>", values.len());
+    let segments = format!("array<i32: {}, {n}>", values.len());
     let region = Region::new();
     region.append_block(body);
     let attr = |name: &str, text: &str| -> Result<_, LowerError> {
@@ -176,8 +212,8 @@ fn emit_body<'c, 'a>(
     };
     let generic = OperationBuilder::new("linalg.generic", e.loc())
         .add_operands(&values)
-        .add_operands(&[init])
-        .add_results(&[e.tensor_type(&part_ty)])
+        .add_operands(&vec![init; n])
+        .add_results(&vec![e.tensor_type(&part_ty); n])
         .add_attributes(&[
             attr("indexing_maps", &maps)?,
             attr("iterator_types", &iterators)?,
@@ -193,18 +229,22 @@ fn emit_body<'c, 'a>(
         .add_regions([region])
         .build()
         .map_err(|err| e.error(format!("linalg.generic: {err}")))?;
-    let part = e.emit(generic)?;
-    let y = lower_reduce(e, ReduceKind::Sum, part, &[1], &TensorType::new([rows], DType::F32))?;
-    e.emit(stablehlo::reshape(ctx, e.tensor_type(ty), y, e.loc()))
+    let generic = e.block.append_operation(generic);
+    let parts: Vec<Value> = (0..n).map(|i| generic.result(i).expect("one result per matrix").into()).collect();
+    let sums = lower_reduce_all(e, ReduceKind::Sum, &parts, &[1], &TensorType::new([rows], DType::F32))?;
+    let row_ty = TensorType::new([1, rows], DType::F32);
+    sums.into_iter().map(|y| e.emit(stablehlo::reshape(ctx, e.tensor_type(&row_ty), y, e.loc()))).collect()
 }
 
 /// The generic's inputs, each added once at its first use: a slice of the
 /// block bytes or of `x`, its indexing map, and its body argument.
 struct Operands<'e, 'c, 'a> {
     e: &'e Emitter<'c, 'a>,
-    raw: Value<'c, 'a>,
-    /// `raw` viewed as i16 `[rows, blocks, type_size / 2]`, made at first use.
-    halves: OnceCell<Value<'c, 'a>>,
+    /// Each matrix's blocks as i8 `[rows, blocks, type_size]`.
+    matrices: Vec<Value<'c, 'a>>,
+    /// Each matrix viewed as i16 `[rows, blocks, type_size / 2]`, made at
+    /// first use.
+    halves: Vec<OnceCell<Value<'c, 'a>>>,
     x: Value<'c, 'a>,
     blocks: usize,
     rows: usize,
@@ -215,15 +255,17 @@ struct Operands<'e, 'c, 'a> {
     args: HashMap<Input, usize>,
 }
 
+/// What a body argument reads; the first field of the block inputs is the
+/// matrix.
 #[derive(Clone, Copy, Hash, PartialEq, Eq)]
 enum Input {
     /// `LANES` bytes at this offset in each block: `[rows, blocks, LANES]`.
-    Lanes(usize),
+    Lanes(usize, usize),
     /// The byte at this offset in each block: `[rows, blocks]`.
-    Byte(usize),
+    Byte(usize, usize),
     /// The 16-bit word at this (even) byte offset in each block: `[rows,
     /// blocks]` i16, read from [`Operands::halves`].
-    Half(usize),
+    Half(usize, usize),
     /// `x`'s values `LANES * g ..` of each block: `[blocks, LANES]`.
     X(usize),
 }
@@ -257,14 +299,14 @@ impl<'c, 'a> Operands<'_, 'c, 'a> {
     /// `raw` as i16 words: `flow.tensor.bitcast` is a view, so an f16 field
     /// is one load (two bytes and a shift and an or, vectorized across rows,
     /// are several times that).
-    fn halves(&self) -> Result<Value<'c, 'a>, LowerError> {
-        if let Some(&v) = self.halves.get() {
+    fn halves(&self, matrix: usize) -> Result<Value<'c, 'a>, LowerError> {
+        if let Some(&v) = self.halves[matrix].get() {
             return Ok(v);
         }
         let e = self.e;
         let ty = TensorType::new([self.rows, self.blocks, self.size / 2], DType::I16);
         let op = OperationBuilder::new("flow.tensor.bitcast", e.loc())
-            .add_operands(&[self.raw])
+            .add_operands(&[self.matrices[matrix]])
             .add_attributes(&[(
                 Identifier::new(e.ctx(), "operandSegmentSizes"),
                 e.parse_attribute("array<i32: 1, 0, 0>")?,
@@ -273,33 +315,33 @@ impl<'c, 'a> Operands<'_, 'c, 'a> {
             .build()
             .map_err(|err| e.error(format!("flow.tensor.bitcast: {err}")))?;
         let v = e.emit(op)?;
-        Ok(*self.halves.get_or_init(|| v))
+        Ok(*self.halves[matrix].get_or_init(|| v))
     }
 
     /// The operand for `input`, sliced and recorded at its first use.
     fn value(&mut self, input: Input) -> Result<(Value<'c, 'a>, &'static str), LowerError> {
         let (rows, blocks) = (self.rows, self.blocks);
         Ok(match input {
-            Input::Lanes(off) => (
+            Input::Lanes(m, off) => (
                 self.slice(
-                    self.raw,
+                    self.matrices[m],
                     &[0, 0, off],
                     &[rows, blocks, off + LANES],
                     &TensorType::new([rows, blocks, LANES], DType::I8),
                 )?,
                 "affine_map<(n, l, b) -> (n, b, l)>",
             ),
-            Input::Byte(off) => (
+            Input::Byte(m, off) => (
                 self.slice(
-                    self.raw,
+                    self.matrices[m],
                     &[0, 0, off],
                     &[rows, blocks, off + 1],
                     &TensorType::new([rows, blocks], DType::I8),
                 )?,
                 "affine_map<(n, l, b) -> (n, b)>",
             ),
-            Input::Half(off) => {
-                let halves = self.halves()?;
+            Input::Half(m, off) => {
+                let halves = self.halves(m)?;
                 (
                     self.slice(
                         halves,
@@ -328,6 +370,9 @@ struct Body<'b, 'e, 'c, 'a> {
     ctx: &'c Context,
     block: &'b Block<'c>,
     operands: &'b mut Operands<'e, 'c, 'a>,
+    /// The matrix whose blocks [`Body::lanes`], [`Body::byte`] and
+    /// [`Body::f16`] read.
+    matrix: usize,
 }
 
 impl<'b, 'c> Body<'b, '_, 'c, '_> {
@@ -346,8 +391,8 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
         let (value, map) = self.operands.value(input)?;
         let elem = match input {
             Input::X(_) => self.f32(),
-            Input::Half(_) => self.int(16),
-            Input::Lanes(_) | Input::Byte(_) => self.int(8),
+            Input::Half(..) => self.int(16),
+            Input::Lanes(..) | Input::Byte(..) => self.int(8),
         };
         let i = self.operands.values.len();
         self.operands.values.push(value);
@@ -357,11 +402,11 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
     }
 
     fn lanes(&mut self, offset: usize) -> Result<Value<'c, 'b>, LowerError> {
-        self.arg(Input::Lanes(offset))
+        self.arg(Input::Lanes(self.matrix, offset))
     }
 
     fn byte(&mut self, offset: usize) -> Result<Value<'c, 'b>, LowerError> {
-        self.arg(Input::Byte(offset))
+        self.arg(Input::Byte(self.matrix, offset))
     }
 
     fn x_group(&mut self, group: usize) -> Result<Value<'c, 'b>, LowerError> {
@@ -443,7 +488,7 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
 
     /// The little-endian f16 at `offset` (even in every ggml block), as f32.
     fn f16(&mut self, offset: usize) -> Result<Value<'c, 'b>, LowerError> {
-        let bits = self.arg(Input::Half(offset))?;
+        let bits = self.arg(Input::Half(self.matrix, offset))?;
         let half = self.cast("arith.bitcast", bits, Type::float16(self.ctx));
         Ok(self.cast("arith.extf", half, self.f32()))
     }

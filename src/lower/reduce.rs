@@ -13,6 +13,18 @@ pub(super) fn lower_reduce<'c, 'a>(
     dimensions: &[usize],
     result: &TensorType,
 ) -> Result<Value<'c, 'a>, LowerError> {
+    Ok(lower_reduce_all(e, kind, &[operand], dimensions, result)?[0])
+}
+
+/// `operands`, each reduced by `kind` over `dimensions` to a `result`, in
+/// one `stablehlo.reduce`: IREE makes one dispatch of it.
+pub(super) fn lower_reduce_all<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    kind: ReduceKind,
+    operands: &[Value<'c, 'a>],
+    dimensions: &[usize],
+    result: &TensorType,
+) -> Result<Vec<Value<'c, 'a>>, LowerError> {
     let (ctx, loc) = (e.ctx(), e.loc());
     let scalar = TensorType::new([], result.dtype);
     let scalar_type = e.tensor_type(&scalar);
@@ -24,18 +36,31 @@ pub(super) fn lower_reduce<'c, 'a>(
     };
     let init = e.emit(stablehlo::constant(ctx, scalar_type, splat_attribute(e, init, &scalar)?, loc))?;
 
-    let body = Block::new(&[(scalar_type, loc), (scalar_type, loc)]);
+    // The body takes the accumulators, then the elements: (acc_0..acc_n,
+    // x_0..x_n) -> (acc_i + x_i).
+    let n = operands.len();
+    let body = Block::new(&vec![(scalar_type, loc); 2 * n]);
     {
-        let lhs: Value = body.argument(0).expect("reduce body has two arguments").into();
-        let rhs: Value = body.argument(1).expect("reduce body has two arguments").into();
-        let combined = match kind {
-            ReduceKind::Sum => body.append_operation(stablehlo::add(ctx, scalar_type, lhs, rhs, loc).into()),
-            ReduceKind::Max => body.append_operation(stablehlo::maximum(ctx, scalar_type, lhs, rhs, loc).into()),
-        };
-        let value: Value = combined.result(0).expect("add and maximum have one result").into();
-        body.append_operation(stablehlo::r#return(ctx, &[value], loc).into());
+        let arg = |i: usize| -> Value { body.argument(i).expect("two arguments per operand").into() };
+        let combined: Vec<Value> = (0..n)
+            .map(|i| {
+                let (lhs, rhs) = (arg(i), arg(n + i));
+                let op = match kind {
+                    ReduceKind::Sum => body.append_operation(stablehlo::add(ctx, scalar_type, lhs, rhs, loc).into()),
+                    ReduceKind::Max => {
+                        body.append_operation(stablehlo::maximum(ctx, scalar_type, lhs, rhs, loc).into())
+                    }
+                };
+                op.result(0).expect("add and maximum have one result").into()
+            })
+            .collect();
+        body.append_operation(stablehlo::r#return(ctx, &combined, loc).into());
     }
     let region = Region::new();
     region.append_block(body);
-    e.emit(stablehlo::reduce(ctx, e.tensor_type(result), operand, init, region, e.i64_array(dimensions), loc))
+    let results = vec![e.tensor_type(result); n];
+    let inits = vec![init; n];
+    let op = stablehlo::reduce(ctx, &results, operands, &inits, region, e.i64_array(dimensions), loc);
+    let op = e.block.append_operation(op.into());
+    Ok((0..n).map(|i| op.result(i).expect("one result per operand").into()).collect())
 }

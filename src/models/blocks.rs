@@ -8,7 +8,7 @@
 //! [`super::config::Dims`].
 
 use super::config::{Dims, RopeConfig};
-use super::{Checkpoint, KvCache, Logits, Result, Span, Weight};
+use super::{linear_each, Checkpoint, KvCache, Logits, Result, Span, Weight};
 use crate::graph::{DType, ReduceKind, TensorType, DYNAMIC};
 use crate::trace::nn::{attention, causal_mask, sliding_window_mask, Rope, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
@@ -97,7 +97,8 @@ impl<'t> GatedFfn<'t> {
 
     /// `h [seq, hidden]` -> `[seq, hidden]`.
     pub fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let gate = self.ffn_gate.linear(h)?;
+        let [gate, up]: [Tensor<'t>; 2] =
+            linear_each(&[&self.ffn_gate, &self.ffn_up], h)?.try_into().expect("two products");
         let gate = match self.sparsity {
             Some(k) => gaussian_top_k(&gate, k)?,
             None => gate,
@@ -106,7 +107,6 @@ impl<'t> GatedFfn<'t> {
             Activation::Silu => gate.silu()?,
             Activation::GeluTanh => gate.gelu_tanh()?,
         };
-        let up = self.ffn_up.linear(h)?;
         self.ffn_down.linear(&gate.multiply(&up)?)
     }
 }
@@ -235,13 +235,13 @@ impl<'t> Attention<'t> {
     }
 
     /// `x [seq, hidden]` -> `[seq, hidden]`, each of q, k and v projected
-    /// and made into heads in turn. With a cache, this call's keys and
-    /// values are written into it at `cache.start` and the queries attend
-    /// over the whole cache (the mask hides what is not written yet).
+    /// (k and v in one [`linear_each`]) and made into heads. With a cache,
+    /// this call's keys and values are written into it at `cache.start` and
+    /// the queries attend over the whole cache (the mask hides what is not
+    /// written yet).
     pub fn forward(&self, x: &Tensor<'t>, at: &Positional<'t>, cache: LayerCache<'_, 't>) -> Result<Tensor<'t>> {
         let c = &self.c;
-        let heads = |which: usize, w: &Weight<'t>, n: usize, dim: usize| -> Result<Tensor<'t>> {
-            let y = w.linear(x)?;
+        let heads = |which: usize, y: Tensor<'t>, n: usize, dim: usize| -> Result<Tensor<'t>> {
             let y = match &self.bias {
                 Some(b) => add_bias(&y, &b[which])?,
                 None => y,
@@ -255,9 +255,10 @@ impl<'t> Attention<'t> {
             };
             Ok(at.rotation.apply(&y)?)
         };
-        let q = rotated(0, heads(0, &self.attn_q, c.head_count, c.head_dim)?)?;
-        let k = rotated(1, heads(1, &self.attn_k, c.head_count_kv, c.head_dim)?)?;
-        let v = heads(2, &self.attn_v, c.head_count_kv, c.value_length)?;
+        let [k, v]: [Tensor<'t>; 2] = linear_each(&[&self.attn_k, &self.attn_v], x)?.try_into().expect("two products");
+        let q = rotated(0, heads(0, self.attn_q.linear(x)?, c.head_count, c.head_dim)?)?;
+        let k = rotated(1, heads(1, k, c.head_count_kv, c.head_dim)?)?;
+        let v = heads(2, v, c.head_count_kv, c.value_length)?;
         self.attend(&q, k, v, &at.mask, cache)
     }
 

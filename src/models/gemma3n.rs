@@ -45,7 +45,7 @@
 
 use super::blocks::{last_row, merge_heads, split_heads, Activation, GatedFfn, Head, Layer, LayerCache, Positional};
 use super::config::{self, Dims, GgufKeys, RopeConfig};
-use super::{Checkpoint, Decoder, KvCache, Logits, ModelError, Result, Span, Weight};
+use super::{linear_each, Checkpoint, Decoder, KvCache, Logits, ModelError, Result, Span, Weight};
 use crate::graph::{ComparisonDirection, DType, ReduceKind, TensorType};
 use crate::trace::nn::{attention, RopeScaling};
 use crate::trace::{Tensor, Tracer};
@@ -552,8 +552,10 @@ impl<'t> Attention<'t> {
         let q = at.rotation.apply(&heads(&self.attn_q.linear(x)?, self.head_count, Some(&self.attn_q_norm))?)?;
         let computed = match &self.own {
             Some(kv) => {
-                let k = at.rotation.apply(&heads(&kv.attn_k.linear(x)?, self.head_count_kv, Some(&kv.attn_k_norm))?)?;
-                let v = heads(&kv.attn_v.linear(x)?, self.head_count_kv, None)?;
+                let [k, v]: [Tensor<'t>; 2] =
+                    linear_each(&[&kv.attn_k, &kv.attn_v], x)?.try_into().expect("two products");
+                let k = at.rotation.apply(&heads(&k, self.head_count_kv, Some(&kv.attn_k_norm))?)?;
+                let v = heads(&v, self.head_count_kv, None)?;
                 Some(match cache {
                     Some((cache, layer)) => cache.write(layer, &k, &v)?,
                     None => (k, v),

@@ -20,7 +20,7 @@ use super::blocks::{
     add_bias, split_heads, Activation, Attention, AttentionConfig, BlockConfig, LayerCache, Positional, Stack,
 };
 use super::config::{self, Dims, GgufKeys, HfKeys, RopeConfig};
-use super::{Checkpoint, Decoder, KvCache, ModelError, Result, Span};
+use super::{linear_each, Checkpoint, Decoder, KvCache, ModelError, Result, Span};
 use crate::trace::nn::{causal_mask, sliding_window_mask, Rope, RopeStyle};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
@@ -251,7 +251,8 @@ fn attention<'t>(
     cache: LayerCache<'_, 't>,
 ) -> Result<Tensor<'t>> {
     let c = &a.c;
-    let (mut q, mut k, mut v) = (a.attn_q.linear(x)?, a.attn_k.linear(x)?, a.attn_v.linear(x)?);
+    let [mut k, mut v]: [Tensor<'t>; 2] = linear_each(&[&a.attn_k, &a.attn_v], x)?.try_into().expect("two products");
+    let mut q = a.attn_q.linear(x)?;
     if let Some([bq, bk, bv]) = &a.bias {
         (q, k, v) = (add_bias(&q, bq)?, add_bias(&k, bk)?, add_bias(&v, bv)?);
     }

@@ -391,25 +391,16 @@ impl<'t> Weight<'t> {
     /// matrix once and run a matrix product, where the copy is shared by
     /// every row.
     pub fn linear(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let [out, inp] = self.shape[..] else {
-            return Err(ModelError::Config(format!(
-                "{}: linear() needs a matrix, found shape {:?}",
-                self.name, self.shape
-            )));
-        };
-        let rank = x.ty.rank();
-        let one_row = !x.ty.is_dynamic()
-            && x.ty.dtype == DType::F32
-            && rank >= 1
-            && x.ty.shape[rank - 1] == inp
-            && x.ty.num_elements() == inp;
-        match self.packed {
-            Some(ty) if one_row => {
-                let raw = self.raw.reshape(&[out, inp / ty.block_size(), ty.type_size()])?;
-                let y = dequant::packed_matvec(&raw, ty, &x.reshape(&[1, inp])?)?;
-                Ok(y.reshape(&[&x.ty.shape[..rank - 1], &[out][..]].concat())?)
+        Ok(linear_each(&[self], x)?.remove(0))
+    }
+
+    /// `[out, in]`, or an error naming the weight.
+    fn matrix(&self) -> Result<[usize; 2]> {
+        match self.shape[..] {
+            [out, inp] => Ok([out, inp]),
+            _ => {
+                Err(ModelError::Config(format!("{}: linear() needs a matrix, found shape {:?}", self.name, self.shape)))
             }
-            _ => Ok(x.linear(&self.f32()?)?),
         }
     }
 
@@ -621,6 +612,37 @@ impl Family {
             Family::Gemma3(c) => Box::new(gemma3::Gemma3::load(t, c, weights)?),
             Family::Gemma3n(c) => Box::new(gemma3n::Gemma3n::load(t, c, weights)?),
         })
+    }
+}
+
+/// `x · Wᵀ` for each `[out, in]` matrix of `weights`, all taking `x [...,
+/// in]` ([`Weight::linear`] each). Packed matrices of one type and shape
+/// times one static row of `x` make one `packed_matvec`, which streams
+/// their blocks side by side: SmolLM2's gate and up products take 86 µs
+/// together, 2 × 60 µs apart.
+pub fn linear_each<'t>(weights: &[&Weight<'t>], x: &Tensor<'t>) -> Result<Vec<Tensor<'t>>> {
+    let Some(first) = weights.first() else { return Ok(Vec::new()) };
+    if weights.iter().any(|w| w.packed != first.packed || w.shape != first.shape) {
+        return weights.iter().map(|w| w.linear(x)).collect();
+    }
+    let [out, inp] = first.matrix()?;
+    let rank = x.ty.rank();
+    let one_row = !x.ty.is_dynamic()
+        && x.ty.dtype == DType::F32
+        && rank >= 1
+        && x.ty.shape[rank - 1] == inp
+        && x.ty.num_elements() == inp;
+    let ty = match first.packed {
+        Some(ty) if one_row => ty,
+        _ => return weights.iter().map(|w| Ok(x.linear(&w.f32()?)?)).collect(),
+    };
+    let blocks = [out, inp / ty.block_size(), ty.type_size()];
+    let raws = weights.iter().map(|w| w.raw.reshape(&blocks)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let y = dequant::packed_matvec(&raws.iter().collect::<Vec<_>>(), ty, &x.reshape(&[1, inp])?)?;
+    let shape = [&x.ty.shape[..rank - 1], &[out][..]].concat();
+    match weights.len() {
+        1 => Ok(vec![y.reshape(&shape)?]),
+        n => (0..n).map(|i| Ok(y.slice(&[i, 0], &[i + 1, out], &[1, 1])?.reshape(&shape)?)).collect(),
     }
 }
 

@@ -36,10 +36,15 @@ pub fn dequantize<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result
     raw.tracer.push("", Op::Dequantize { ggml: ty }, &[raw], Some(TensorType::new(shape.to_vec(), DType::F32)))
 }
 
-/// `x [1, k]` times the transpose of the packed matrix whose blocks are
-/// `raw [rows, blocks, type_size]`: `[1, rows]` (see `Op::PackedMatvec`).
-pub fn packed_matvec<'t>(raw: &Tensor<'t>, ty: GgmlType, x: &Tensor<'t>) -> Result<Tensor<'t>> {
-    raw.tracer.push("", Op::PackedMatvec { ggml: ty }, &[raw, x], None)
+/// `x [1, k]` times the transpose of each packed matrix of `matrices`, whose
+/// blocks are `[rows, blocks, type_size]` (one type and shape): `[n, rows]`,
+/// row `i` from `matrices[i]` (see `Op::PackedMatvec`).
+pub fn packed_matvec<'t>(matrices: &[&Tensor<'t>], ty: GgmlType, x: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let Some(first) = matrices.first() else {
+        return Err(TraceError::Op { op: "packed_matvec", message: "needs at least one matrix".into() });
+    };
+    let operands: Vec<&Tensor<'t>> = matrices.iter().copied().chain([x]).collect();
+    first.tracer.push("", Op::PackedMatvec { ggml: ty }, &operands, None)
 }
 
 /// How [`decompose`] shapes one block's values before its final reshape:
@@ -570,7 +575,8 @@ mod tests {
     /// `packed_matvec` of every type it takes, through IREE (the blocks
     /// decoded in a `linalg.generic`'s body) and the interpreter, against
     /// the CPU dequantizer and an f64 dot: every bit of every field is
-    /// random, so a misread bit or field shows.
+    /// random, so a misread bit or field shows. Every other type streams two
+    /// matrices in one product.
     #[test]
     fn packed_matvec_matches_the_cpu_dequantizer_and_dot() {
         const ROWS: usize = 21; // not a whole number of the lowering's 16-row tiles
@@ -578,16 +584,19 @@ mod tests {
         let (mut outs, mut raws, mut xs) = (Vec::new(), Vec::new(), Vec::new());
         for (i, &ty) in TYPES.iter().enumerate() {
             let blocks = 512 / ty.block_size();
-            let raw = random_blocks_n(ty, 0x3a7 + i as u64, ROWS * blocks);
             // One type reads its blocks as ui8, the dtype packed params have.
             let dtype = if ty == GgmlType::Q4_1 { DType::UI8 } else { DType::I8 };
-            let p = t.param(&format!("w{i}"), TensorType::new([raw.len()], dtype)).unwrap();
+            let mut matrices = Vec::new();
+            for m in 0..1 + i % 2 {
+                let raw = random_blocks_n(ty, 0x3a7 + (16 * m + i) as u64, ROWS * blocks);
+                let p = t.param(&format!("w{i}_{m}"), TensorType::new([raw.len()], dtype)).unwrap();
+                matrices.push(p.reshape(&[ROWS, blocks, ty.type_size()]).unwrap());
+                raws.push((format!("w{i}_{m}"), dtype, raw));
+            }
             let x = t.input(&format!("x{i}"), TensorType::new([1, 512], DType::F32)).unwrap();
-            let rows = p.reshape(&[ROWS, blocks, ty.type_size()]).unwrap();
-            outs.push(packed_matvec(&rows, ty, &x).unwrap());
+            outs.push(packed_matvec(&matrices.iter().collect::<Vec<_>>(), ty, &x).unwrap());
             let seed = 0x51 + i as u64;
             xs.push(Value::random(&x.ty, seed, 0..1));
-            raws.push((format!("w{i}"), dtype, raw));
         }
         let graph = t.finish(&outs.iter().collect::<Vec<_>>()).unwrap();
 
@@ -620,11 +629,14 @@ mod tests {
         iree.run(&vmfb, "main", &in_paths, &[("model", params_path.as_path())], &out_paths).unwrap();
 
         let mut failures = Vec::new();
+        let mut matrices = raws.iter();
         for (i, &ty) in TYPES.iter().enumerate() {
-            let w = quant::dequantize_to_vec(ty, &raws[i].2).unwrap();
             let x = xs[i].to_f64_vec();
             let got_iree = npy::read(&out_paths[i]).unwrap().to_f64_vec();
             let got_interp = interp_out[i].to_f64_vec();
+            let w: Vec<f32> = (0..1 + i % 2)
+                .flat_map(|_| quant::dequantize_to_vec(ty, &matrices.next().expect("one per matrix").2).unwrap())
+                .collect();
             for (r, row) in w.chunks(512).enumerate() {
                 let want: f64 = row.iter().zip(&x).map(|(&w, x)| w as f64 * x).sum();
                 let scale: f64 = row.iter().zip(&x).map(|(&w, x)| (w as f64 * x).abs()).sum();

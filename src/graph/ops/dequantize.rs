@@ -77,9 +77,10 @@ pub fn infer_dequantize(ggml: GgmlType, raw: &TensorType, declared: &TensorType)
     Ok(declared.clone())
 }
 
-/// `[1, rows]` f32 for `raw` `[rows, blocks, type_size]` (`i8`/`ui8`) and
-/// `x` `[1, blocks * block_size]` f32.
-pub fn infer_packed_matvec(ggml: GgmlType, raw: &TensorType, x: &TensorType) -> Result<TensorType, ShapeError> {
+/// `[n, rows]` f32 for `n` matrices `raws`, each `[rows, blocks,
+/// type_size]` `i8`/`ui8` of one shape, and `x` `[1, blocks * block_size]`
+/// f32.
+pub fn infer_packed_matvec(ggml: GgmlType, raws: &[&TensorType], x: &TensorType) -> Result<TensorType, ShapeError> {
     const OP: &str = "packed_matvec";
     if !supported(ggml) {
         let names: Vec<&str> = SUPPORTED.iter().map(|t| t.name()).collect();
@@ -87,6 +88,14 @@ pub fn infer_packed_matvec(ggml: GgmlType, raw: &TensorType, x: &TensorType) -> 
             OP,
             "kiln",
             format!("ggml type {ggml} is not supported (supported: {})", names.join(" ")),
+        ));
+    }
+    let raw = raws[0];
+    if let Some(other) = raws.iter().find(|r| **r != raw) {
+        return Err(ShapeError::new(
+            OP,
+            "kiln",
+            format!("{ggml}: the matrices share one type, found {raw} and {other}"),
         ));
     }
     let blocks = match raw.shape[..] {
@@ -110,7 +119,7 @@ pub fn infer_packed_matvec(ggml: GgmlType, raw: &TensorType, x: &TensorType) -> 
     if x.dtype != DType::F32 || x.shape[..] != [1, k] {
         return Err(ShapeError::new(OP, "kiln", format!("{ggml}: {raw} needs x as tensor<1x{k}xf32>, found {x}")));
     }
-    Ok(TensorType::new([1, raw.shape[0]], DType::F32))
+    Ok(TensorType::new([raws.len(), raw.shape[0]], DType::F32))
 }
 
 #[cfg(test)]

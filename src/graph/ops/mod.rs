@@ -126,9 +126,12 @@ pub enum Op {
         /// The blocks' ggml type.
         ggml: GgmlType,
     },
-    /// `x [1, k]` f32 times the transpose of a packed `[rows, k]` matrix
-    /// given as its blocks `[rows, blocks, type_size]`: `[1, rows]` f32,
-    /// dequantizing as it streams the blocks (a decode step's product).
+    /// `x [1, k]` f32 times the transpose of each of `n` packed `[rows, k]`
+    /// matrices of one type, given as their blocks `[rows, blocks,
+    /// type_size]` (operands: the `n` matrices, then `x`): `[n, rows]` f32,
+    /// row `i` from matrix `i`, dequantizing as it streams the blocks (a
+    /// decode step's products; matrices that share `x` are streamed
+    /// together).
     PackedMatvec {
         /// The blocks' ggml type.
         ggml: GgmlType,
@@ -235,17 +238,13 @@ impl Op {
             | Op::Slice { .. }
             | Op::Reduce { .. }
             | Op::Dequantize { .. } => (1, false),
-            Op::Binary(_)
-            | Op::Bitwise(_)
-            | Op::Compare(_)
-            | Op::Pad { .. }
-            | Op::DotGeneral(_)
-            | Op::Gather
-            | Op::PackedMatvec { .. } => (2, false),
+            Op::Binary(_) | Op::Bitwise(_) | Op::Compare(_) | Op::Pad { .. } | Op::DotGeneral(_) | Op::Gather => {
+                (2, false)
+            }
             Op::Clamp | Op::Select => (3, false),
             Op::Concatenate { .. } => (0, true),
             Op::DynamicSlice { .. } => (1, true),
-            Op::DynamicUpdateSlice => (2, true),
+            Op::DynamicUpdateSlice | Op::PackedMatvec { .. } => (2, true),
         };
         if operands.len() < arity || (!variadic && operands.len() != arity) {
             let least = if variadic { "at least " } else { "" };
@@ -309,7 +308,10 @@ impl Op {
             Op::Dequantize { ggml } => {
                 dequantize::infer_dequantize(*ggml, operands[0], declared.expect("declared-type op"))
             }
-            Op::PackedMatvec { ggml } => dequantize::infer_packed_matvec(*ggml, operands[0], operands[1]),
+            Op::PackedMatvec { ggml } => {
+                let (x, matrices) = operands.split_last().expect("at least two operands");
+                dequantize::infer_packed_matvec(*ggml, matrices, x)
+            }
         }?;
         Ok(inferred)
     }
