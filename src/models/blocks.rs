@@ -8,7 +8,7 @@
 //! [`super::config::Dims`].
 
 use super::config::{Dims, RopeConfig};
-use super::{linear_each, Checkpoint, KvCache, Logits, Result, Span, Weight};
+use super::{linear_each, streamed_together, Checkpoint, KvCache, Logits, Result, Span, Weight};
 use crate::graph::{DType, ReduceKind, TensorType, DYNAMIC};
 use crate::trace::nn::{attention, causal_mask, sliding_window_mask, Rope, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
@@ -95,10 +95,21 @@ impl<'t> GatedFfn<'t> {
         GatedFfn { sparsity: k, ..self }
     }
 
-    /// `h [seq, hidden]` -> `[seq, hidden]`.
+    /// `h [seq, hidden]` -> `[seq, hidden]`: gate and up as one product
+    /// where they are [`streamed_together`] (decode), else the up product
+    /// after the gate's activation. That order is the one IREE 3.13 compiles
+    /// Gemma 3n E2B's prefill in: with both products first, it fuses the
+    /// 8192-wide sparse gate's reduction into the down product's data-tiling
+    /// pack and fails ("large vector sizes").
     pub fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let [gate, up]: [Tensor<'t>; 2] =
-            linear_each(&[&self.ffn_gate, &self.ffn_up], h)?.try_into().expect("two products");
+        let pair = [&self.ffn_gate, &self.ffn_up];
+        let (gate, up) = match streamed_together(&pair, h) {
+            true => {
+                let [gate, up]: [Tensor<'t>; 2] = linear_each(&pair, h)?.try_into().expect("two products");
+                (gate, Some(up))
+            }
+            false => (self.ffn_gate.linear(h)?, None),
+        };
         let gate = match self.sparsity {
             Some(k) => gaussian_top_k(&gate, k)?,
             None => gate,
@@ -106,6 +117,10 @@ impl<'t> GatedFfn<'t> {
         let gate = match self.activation {
             Activation::Silu => gate.silu()?,
             Activation::GeluTanh => gate.gelu_tanh()?,
+        };
+        let up = match up {
+            Some(up) => up,
+            None => self.ffn_up.linear(h)?,
         };
         self.ffn_down.linear(&gate.multiply(&up)?)
     }
@@ -255,8 +270,8 @@ impl<'t> Attention<'t> {
             };
             Ok(at.rotation.apply(&y)?)
         };
-        let [k, v]: [Tensor<'t>; 2] = linear_each(&[&self.attn_k, &self.attn_v], x)?.try_into().expect("two products");
         let q = rotated(0, heads(0, self.attn_q.linear(x)?, c.head_count, c.head_dim)?)?;
+        let [k, v]: [Tensor<'t>; 2] = linear_each(&[&self.attn_k, &self.attn_v], x)?.try_into().expect("two products");
         let k = rotated(1, heads(1, k, c.head_count_kv, c.head_dim)?)?;
         let v = heads(2, v, c.head_count_kv, c.value_length)?;
         self.attend(&q, k, v, &at.mask, cache)

@@ -251,8 +251,8 @@ fn attention<'t>(
     cache: LayerCache<'_, 't>,
 ) -> Result<Tensor<'t>> {
     let c = &a.c;
-    let [mut k, mut v]: [Tensor<'t>; 2] = linear_each(&[&a.attn_k, &a.attn_v], x)?.try_into().expect("two products");
     let mut q = a.attn_q.linear(x)?;
+    let [mut k, mut v]: [Tensor<'t>; 2] = linear_each(&[&a.attn_k, &a.attn_v], x)?.try_into().expect("two products");
     if let Some([bq, bk, bv]) = &a.bias {
         (q, k, v) = (add_bias(&q, bq)?, add_bias(&k, bk)?, add_bias(&v, bv)?);
     }

@@ -391,7 +391,11 @@ impl<'t> Weight<'t> {
     /// matrix once and run a matrix product, where the copy is shared by
     /// every row.
     pub fn linear(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
-        Ok(linear_each(&[self], x)?.remove(0))
+        self.matrix()?;
+        match streamed_together(&[self], x) {
+            true => Ok(linear_each(&[self], x)?.remove(0)),
+            false => Ok(x.linear(&self.f32()?)?),
+        }
     }
 
     /// `[out, in]`, or an error naming the weight.
@@ -615,31 +619,31 @@ impl Family {
     }
 }
 
-/// `x · Wᵀ` for each `[out, in]` matrix of `weights`, all taking `x [...,
-/// in]` ([`Weight::linear`] each). Packed matrices of one type and shape
-/// times one static row of `x` make one `packed_matvec`, which streams
-/// their blocks side by side: SmolLM2's gate and up products take 86 µs
-/// together, 2 × 60 µs apart.
-pub fn linear_each<'t>(weights: &[&Weight<'t>], x: &Tensor<'t>) -> Result<Vec<Tensor<'t>>> {
-    let Some(first) = weights.first() else { return Ok(Vec::new()) };
-    if weights.iter().any(|w| w.packed != first.packed || w.shape != first.shape) {
-        return weights.iter().map(|w| w.linear(x)).collect();
-    }
-    let [out, inp] = first.matrix()?;
+/// Whether [`linear_each`] makes one `packed_matvec` of `weights` times `x`:
+/// packed matrices of one type and shape times one static f32 row.
+pub fn streamed_together(weights: &[&Weight<'_>], x: &Tensor<'_>) -> bool {
+    let Some(first) = weights.first() else { return false };
     let rank = x.ty.rank();
     let one_row = !x.ty.is_dynamic()
         && x.ty.dtype == DType::F32
         && rank >= 1
-        && x.ty.shape[rank - 1] == inp
-        && x.ty.num_elements() == inp;
-    let ty = match first.packed {
-        Some(ty) if one_row => ty,
-        _ => return weights.iter().map(|w| Ok(x.linear(&w.f32()?)?)).collect(),
+        && matches!(first.shape[..], [_, inp] if x.ty.shape[rank - 1] == inp && x.ty.num_elements() == inp);
+    one_row && first.packed.is_some() && weights.iter().all(|w| w.packed == first.packed && w.shape == first.shape)
+}
+
+/// `x · Wᵀ` for each `[out, in]` matrix of `weights`, all taking `x [...,
+/// in]` ([`Weight::linear`] each, in turn). Matrices [`streamed_together`]
+/// are one `packed_matvec`, which streams their blocks side by side:
+/// SmolLM2's gate and up products take 86 µs together, 2 × 60 µs apart.
+pub fn linear_each<'t>(weights: &[&Weight<'t>], x: &Tensor<'t>) -> Result<Vec<Tensor<'t>>> {
+    let (Some(first), true) = (weights.first(), streamed_together(weights, x)) else {
+        return weights.iter().map(|w| w.linear(x)).collect();
     };
+    let ([out, inp], Some(ty)) = (first.matrix()?, first.packed) else { unreachable!("streamed matrices are packed") };
     let blocks = [out, inp / ty.block_size(), ty.type_size()];
     let raws = weights.iter().map(|w| w.raw.reshape(&blocks)).collect::<std::result::Result<Vec<_>, _>>()?;
     let y = dequant::packed_matvec(&raws.iter().collect::<Vec<_>>(), ty, &x.reshape(&[1, inp])?)?;
-    let shape = [&x.ty.shape[..rank - 1], &[out][..]].concat();
+    let shape = [&x.ty.shape[..x.ty.rank() - 1], &[out][..]].concat();
     match weights.len() {
         1 => Ok(vec![y.reshape(&shape)?]),
         n => (0..n).map(|i| Ok(y.slice(&[i, 0], &[i + 1, out], &[1, 1])?.reshape(&shape)?)).collect(),
