@@ -53,6 +53,8 @@ pub enum IreeError {
 /// optimized; chosen by measurement on SmolLM2-135M Q4_1 (`--packed keep`):
 /// - iree-compile's default level is O0; O3 with data tiling took decode
 ///   from 6.4 to 30.5 tok/s and compile from 111 to 85 s (same tokens).
+///   Data tiling now pays in `prefill` only: serving modules mark `decode`
+///   untiled (`lower::Session::lower_serving`).
 /// - No const-expr hoisting: packed weights stream from the checkpoint's
 ///   bytes in fused matvecs (`models::Weight::linear`). Hoisting would
 ///   write copies of them at load (unpacked, or dequantized to f32 in
