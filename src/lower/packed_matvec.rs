@@ -15,6 +15,9 @@
 //! dequantizer's arithmetic (each product in it is exact in f32, so every
 //! K-quant weight is bit-exact with it); the 32-value types multiply their
 //! block's scale and min into the block's sums instead ([`Decoded`]).
+//! Several matrices of one type and shape that share `x` are one generic
+//! with a lane sum per matrix, and one reduce finishes them all: streaming
+//! them side by side is faster than one after the other.
 //!
 //! The lowering config is llvm-cpu's (`iree::COMPILE_FLAGS`): 16 rows per
 //! workgroup (64 for a vocabulary head, [`WIDE_ROWS`]), 16 lanes per vector,
