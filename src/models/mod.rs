@@ -392,9 +392,9 @@ impl<'t> Weight<'t> {
     /// every row.
     pub fn linear(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
         self.matrix()?;
-        match streamed_together(&[self], x) {
-            true => Ok(linear_each(&[self], x)?.remove(0)),
-            false => Ok(x.linear(&self.f32()?)?),
+        match streamed_type(&[self], x) {
+            Some(ty) => Ok(packed_products(&[self], ty, x)?.remove(0)),
+            None => Ok(x.linear(&self.f32()?)?),
         }
     }
 
@@ -622,13 +622,19 @@ impl Family {
 /// Whether [`linear_each`] makes one `packed_matvec` of `weights` times `x`:
 /// packed matrices of one type and shape times one static f32 row.
 pub fn streamed_together(weights: &[&Weight<'_>], x: &Tensor<'_>) -> bool {
-    let Some(first) = weights.first() else { return false };
+    streamed_type(weights, x).is_some()
+}
+
+/// The ggml type of `weights` where they are [`streamed_together`].
+fn streamed_type(weights: &[&Weight<'_>], x: &Tensor<'_>) -> Option<GgmlType> {
+    let first = weights.first()?;
     let rank = x.ty.rank();
     let one_row = !x.ty.is_dynamic()
         && x.ty.dtype == DType::F32
         && rank >= 1
         && matches!(first.shape[..], [_, inp] if x.ty.shape[rank - 1] == inp && x.ty.num_elements() == inp);
-    one_row && first.packed.is_some() && weights.iter().all(|w| w.packed == first.packed && w.shape == first.shape)
+    let same = weights.iter().all(|w| w.packed == first.packed && w.shape == first.shape);
+    first.packed.filter(|_| one_row && same)
 }
 
 /// `x · Wᵀ` for each `[out, in]` matrix of `weights`, all taking `x [...,
@@ -636,10 +642,16 @@ pub fn streamed_together(weights: &[&Weight<'_>], x: &Tensor<'_>) -> bool {
 /// are one `packed_matvec`, which streams their blocks side by side:
 /// SmolLM2's gate and up products take 86 µs together, 2 × 60 µs apart.
 pub fn linear_each<'t>(weights: &[&Weight<'t>], x: &Tensor<'t>) -> Result<Vec<Tensor<'t>>> {
-    let (Some(first), true) = (weights.first(), streamed_together(weights, x)) else {
-        return weights.iter().map(|w| w.linear(x)).collect();
-    };
-    let ([out, inp], Some(ty)) = (first.matrix()?, first.packed) else { unreachable!("streamed matrices are packed") };
+    match streamed_type(weights, x) {
+        Some(ty) => packed_products(weights, ty, x),
+        None => weights.iter().map(|w| w.linear(x)).collect(),
+    }
+}
+
+/// The one `packed_matvec` of `weights`, packed as `ty` and
+/// [`streamed_together`] with `x`, split into a product per matrix.
+fn packed_products<'t>(weights: &[&Weight<'t>], ty: GgmlType, x: &Tensor<'t>) -> Result<Vec<Tensor<'t>>> {
+    let [out, inp] = weights[0].matrix()?;
     let blocks = [out, inp / ty.block_size(), ty.type_size()];
     let raws = weights.iter().map(|w| w.raw.reshape(&blocks)).collect::<std::result::Result<Vec<_>, _>>()?;
     let y = dequant::packed_matvec(&raws.iter().collect::<Vec<_>>(), ty, &x.reshape(&[1, inp])?)?;
