@@ -279,7 +279,7 @@ fn run(cli: Cli) -> Result<()> {
                 model.display(),
                 output.display(),
                 m.functions.iter().map(|f| f.name.as_str()).collect::<Vec<_>>().join(", "),
-                options.params_description(),
+                s.params_description,
             );
             println!(
                 "  {} ops, {} params ({:.1}M elements, {} of them written), {} bytes written, {:.2} s, peak RSS {}",

@@ -243,6 +243,16 @@ impl Source {
         }
     }
 
+    /// Why IREE cannot read the checkpoint's tensor files as parameter
+    /// files, if it cannot ([`plan::unreadable_gguf`]). IREE's safetensors
+    /// reader takes offsets only, whatever the dtype.
+    pub fn unreadable_by_iree(&self) -> Option<String> {
+        match self {
+            Source::Gguf(gguf) => plan::unreadable_gguf(gguf.tensors().map(|t| (t.name, t.ggml_type))),
+            Source::Hf { .. } => None,
+        }
+    }
+
     /// The model family and its hyper-parameters, from the checkpoint's metadata.
     pub fn family(&self) -> Result<Family> {
         Ok(match self {
@@ -362,6 +372,10 @@ pub struct ExportSummary {
     pub stale_temps: (usize, u64),
     /// The archive's bytes and the seconds its writing took (with fsync).
     pub archive: Option<(u64, f64)>,
+    /// Where params come from and what became of quantized ones, and why
+    /// not `reference` where that was asked for but IREE cannot read the
+    /// checkpoint.
+    pub params_description: String,
     /// Wall time of the whole export.
     pub seconds: f64,
     /// Peak resident memory of the process in bytes (VmHWM), if the OS says.
@@ -394,7 +408,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         .values()
         .sum();
     let stored = names.iter().map(|name| weights.stored(name)).collect::<std::result::Result<_, _>>()?;
-    let plan = Plan::new(options, stored)?;
+    let plan = Plan::new(options, stored, source.unreadable_by_iree())?;
 
     progress.stage("lowering");
     let session = Session::new();
@@ -457,6 +471,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         bytes_written,
         stale_temps,
         archive: archive_figures,
+        params_description: plan.description(),
         seconds: start.elapsed().as_secs_f64(),
         peak_rss: crate::peak_rss(),
     })

@@ -9,8 +9,22 @@ use super::{ExportOptions, ParameterFile, ParamsMode, Result, ARCHIVE_FILE, ARCH
 use crate::lower::{Emit, ParamInit, ParamInits};
 use crate::models::PackedPolicy;
 use crate::weights::archive::{self, DerivedParam};
+use crate::weights::ggml::GgmlType;
 use std::borrow::Cow;
 use std::path::PathBuf;
+
+/// The ggml types IREE 3.13's GGUF parameter reader sizes as ggml does
+/// (`runtime/src/iree/io/formats/gguf/gguf_parser.c`, `ggml_type_traits`).
+/// Its table stops at id 18: a later id fails the whole file ("GGML tensor
+/// type 30 not supported"); Q8_1 has its old 40-byte block there (36 in
+/// ggml since), and ids 16–18 are I8, I16 and I32 (since given to IQ2_XXS,
+/// IQ2_XS and IQ3_XXS), so those sizes are wrong. A GGUF holding any other
+/// type cannot be bound with `--parameters` at all, whichever tensors the
+/// module reads.
+pub const IREE_GGUF_TYPES: [GgmlType; 13] = {
+    use GgmlType as T;
+    [T::F32, T::F16, T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::Q8_K]
+};
 
 /// Where one param's value lives at run time.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,8 +51,13 @@ pub struct Param<'a> {
 /// Everything an export decides about its params and its module.
 #[derive(Clone, Debug)]
 pub struct Plan<'a> {
-    /// Where params' values come from, as the manifest records it.
+    /// Where params' values come from, as the manifest records it:
+    /// `archive` where `reference` was asked for and IREE cannot read the
+    /// checkpoint.
     pub mode: ParamsMode,
+    /// Why a `reference` export went to the archive instead: the
+    /// checkpoint tensor IREE cannot read.
+    pub unreferenced: Option<String>,
     /// What quantized tensors became, as the manifest records it.
     pub packed: PackedPolicy,
     /// Every param of the module, once, by name.
@@ -53,12 +72,16 @@ impl<'a> Plan<'a> {
     /// The plan for `stored`, each param of the traced graphs as the
     /// checkpoint makes it ([`crate::models::Checkpoint::stored`]). Inline
     /// params that must be derived (dequantized, re-typed) are derived here,
-    /// into memory the plan owns.
-    pub fn new(options: &ExportOptions, stored: Vec<DerivedParam<'a>>) -> Result<Plan<'a>> {
+    /// into memory the plan owns. `unreadable` says why IREE cannot read
+    /// the checkpoint as a parameter file ([`unreadable_gguf`]), if it
+    /// cannot: then `reference` writes every param into the archive.
+    pub fn new(options: &ExportOptions, stored: Vec<DerivedParam<'a>>, unreadable: Option<String>) -> Result<Plan<'a>> {
+        let unreferenced = unreadable.filter(|_| options.params == ParamsMode::Reference);
+        let mode = if unreferenced.is_some() { ParamsMode::Archive } else { options.params };
         let params = stored
             .into_iter()
             .map(|p| {
-                let home = match options.params {
+                let home = match mode {
                     ParamsMode::Reference if p.is_copy() => Home::Source,
                     ParamsMode::Reference | ParamsMode::Archive => Home::Archive,
                     ParamsMode::Inline if p.is_copy() => Home::Inline(Cow::Borrowed(p.source)),
@@ -69,7 +92,8 @@ impl<'a> Plan<'a> {
             .collect::<Result<_>>()?;
         let inline = options.params == ParamsMode::Inline;
         Ok(Plan {
-            mode: options.params,
+            mode,
+            unreferenced,
             packed: options.packed,
             params,
             emit: options.emit.unwrap_or(if inline { Emit::Mlirbc } else { Emit::default() }),
@@ -81,6 +105,19 @@ impl<'a> Plan<'a> {
                 false => vec![],
             },
         })
+    }
+
+    /// The summary's account of the params: the mode, and why it is not
+    /// the one asked for.
+    pub fn description(&self) -> String {
+        match &self.unreferenced {
+            None => format!("{}, packed {}", self.mode.name(), self.packed),
+            Some(why) => format!(
+                "{}, packed {} (not reference: {why}; every param is written to {ARCHIVE_FILE})",
+                self.mode.name(),
+                self.packed
+            ),
+        }
     }
 
     /// The params written into `params.irpa`, in order.
@@ -133,12 +170,24 @@ impl<'a> Plan<'a> {
     }
 }
 
+/// Why IREE's GGUF reader cannot take the file of `tensors` (name and
+/// type) as a parameter file: the first tensor whose type is not in
+/// [`IREE_GGUF_TYPES`].
+pub fn unreadable_gguf<'t>(mut tensors: impl Iterator<Item = (&'t str, GgmlType)>) -> Option<String> {
+    let (name, ty) = tensors.find(|(_, ty)| !IREE_GGUF_TYPES.contains(ty))?;
+    Some(format!(
+        "tensor \"{name}\" is {ty} (ggml type {}), which IREE 3.13's GGUF reader does not read, so it cannot bind the \
+         checkpoint",
+        ty.id()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::graph::DType;
     use crate::weights::archive::Encoding;
-    use crate::weights::ggml::GgmlType;
+    use std::path::Path;
 
     /// A norm stored as the param is, and Q8_0 blocks dequantized to f32.
     fn stored(blocks: &[u8]) -> Vec<DerivedParam<'_>> {
@@ -151,7 +200,7 @@ mod tests {
 
     fn plan(params: ParamsMode, emit: Option<Emit>, blocks: &[u8]) -> Plan<'_> {
         let options = ExportOptions { params, emit, ..ExportOptions::default() };
-        Plan::new(&options, stored(blocks)).unwrap()
+        Plan::new(&options, stored(blocks), None).unwrap()
     }
 
     #[test]
@@ -193,5 +242,59 @@ mod tests {
         assert!(elided.elided_resources() && elided.module_file() == "model.mlir");
         let text = plan(ParamsMode::Reference, Some(Emit::Mlir { elide_resources_over: Some(1) }), &blocks);
         assert!(!text.elided_resources(), "nothing is inline to elide");
+    }
+
+    #[test]
+    fn a_checkpoint_iree_cannot_read_goes_to_the_archive_whole() {
+        let blocks = [[0u8, 60].as_slice(), &[1; 32]].concat();
+        let tensors = [("norm", GgmlType::F32), ("w", GgmlType::Q8_0), ("v", GgmlType::BF16), ("u", GgmlType::Q8_1)];
+        assert_eq!(unreadable_gguf(tensors[..2].iter().copied()), None);
+        let why = unreadable_gguf(tensors.iter().copied()).unwrap();
+        assert!(why.contains("\"v\" is BF16 (ggml type 30)"), "the first one: {why}");
+        let options = ExportOptions::default();
+        let plan = Plan::new(&options, stored(&blocks), Some(why.clone())).unwrap();
+        assert_eq!(plan.mode, ParamsMode::Archive);
+        assert!(plan.params.iter().all(|p| p.home == Home::Archive));
+        assert_eq!(plan.parameters("model", vec![PathBuf::from("/m.gguf")]).len(), 1, "the archive only");
+        assert!(
+            plan.description().contains(&why) && plan.description().starts_with("archive, packed fail (not reference")
+        );
+        // Only `reference` reads the checkpoint at run time.
+        let inline = ExportOptions { params: ParamsMode::Inline, ..ExportOptions::default() };
+        let plan = Plan::new(&inline, stored(&blocks), Some(why)).unwrap();
+        assert_eq!((plan.mode, plan.unreferenced.as_deref()), (ParamsMode::Inline, None));
+    }
+
+    /// [`IREE_GGUF_TYPES`] is what IREE 3.13 reads: a GGUF holding a
+    /// `[4, 256]` tensor of each type, then an f32 one, through
+    /// `iree-dump-parameters`. A type is read when the file opens and both
+    /// tensors have their ggml byte lengths.
+    #[test]
+    fn iree_reads_exactly_the_listed_types() {
+        use crate::weights::gguf_writer::{GgufWriter, TensorData};
+        let dump = concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/iree-dump-parameters");
+        assert!(Path::new(dump).is_file(), "{dump} is missing: run `make setup`");
+        let work = tempfile::tempdir().unwrap();
+        let mut mismatches = Vec::new();
+        for ty in GgmlType::ALL {
+            let path = work.path().join(format!("{ty}.gguf"));
+            let mut w = GgufWriter::new(&path);
+            w.add("general.architecture", "llama").unwrap();
+            w.add_tensor("a", &[4, 256], ty).unwrap().add_tensor("b", &[64], GgmlType::F32).unwrap();
+            w.write_data(|i| TensorData::Seeded(i as u64)).unwrap();
+            let out =
+                std::process::Command::new(dump).arg(format!("--parameters={}", path.display())).output().unwrap();
+            // Rows end in `| LENGTH | `NAME``.
+            let text = String::from_utf8_lossy(&out.stdout);
+            let length = |name: &str| {
+                let line = text.lines().find(|l| l.trim_end().ends_with(&format!("`{name}`")))?;
+                line.split('|').rev().nth(1)?.trim().parse::<u64>().ok()
+            };
+            let read = out.status.success() && length("a") == ty.byte_len(1024) && length("b") == Some(256);
+            if read != IREE_GGUF_TYPES.contains(&ty) {
+                mismatches.push(format!("{ty}: read {read}, {}", String::from_utf8_lossy(&out.stderr).trim()));
+            }
+        }
+        assert!(mismatches.is_empty(), "IREE_GGUF_TYPES is wrong for:\n{}", mismatches.join("\n"));
     }
 }

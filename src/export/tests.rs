@@ -318,3 +318,86 @@ fn export_errors_name_the_culprit_and_leave_nothing() {
     let e = compile(&out, &Iree::for_tests()).unwrap_err().to_string();
     assert!(e.contains("--emit mlirbc") && e.contains("--full-resources"), "{e}");
 }
+
+/// One tiny llama per ggml type kiln reads as weights (every matrix, head
+/// and embedding of that type), exported with the default `--params
+/// reference`: `--packed keep` where the graph dequantizes the type,
+/// `dequantize` where it does not. A checkpoint IREE's GGUF reader can bind
+/// is referenced, any other goes to the archive whole; either way IREE's
+/// prefill matches the interpreter's. Exports whose module text is the same
+/// (the dequantized ones) share one compile.
+#[test]
+fn every_ggml_type_runs_from_its_gguf() {
+    use crate::models::config::Dims;
+    use crate::models::synth::{self, Preset, Quant, SynthConfig, SynthData};
+    use crate::trace::dequant;
+    use crate::weights::ggml::GgmlType;
+    use std::collections::HashMap;
+
+    let work = tempfile::tempdir().unwrap();
+    let ids = [1, 2, 3, 5, 8];
+    // Rows of 256 values: a whole number of blocks of every type.
+    let dims = Dims {
+        block_count: 1,
+        embedding_length: 256,
+        head_count: 4,
+        head_count_kv: 2,
+        head_dim: 64,
+        vocab_size: 256,
+        rms_norm_eps: 1e-5,
+    };
+    let dense = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
+    let types = GgmlType::ALL.into_iter().filter(|t| t.is_quantized() || dense.contains(t));
+    let mut compiled: HashMap<Vec<u8>, PathBuf> = HashMap::new();
+    let mut rows = Vec::new();
+    for ty in types {
+        let config = SynthConfig {
+            name: format!("tiny-{ty}"),
+            dims,
+            feed_forward_length: 256,
+            quant: Quant::Uniform(ty),
+            ..Preset::TinyLlama.config()
+        };
+        let model = work.path().join(format!("{ty}.gguf"));
+        synth::write(&config, &model, SynthData::Seeded(ty.id() as u64)).unwrap();
+        let packed = match ty {
+            _ if !ty.is_quantized() => PackedPolicy::Fail,
+            _ if dequant::supported(ty) => PackedPolicy::Keep,
+            _ => PackedPolicy::Dequantize(DType::F32),
+        };
+        let dir = work.path().join(ty.name());
+        let options = ExportOptions { packed, max_context: 16, ..ExportOptions::default() };
+        let summary = export(&model, &dir, &options, &mut ()).unwrap_or_else(|e| panic!("{ty}: export: {e}"));
+        let readable = plan::IREE_GGUF_TYPES.contains(&ty);
+        let mode = summary.manifest.params;
+        assert_eq!(mode == ParamsMode::Reference, readable, "{ty}: {}", summary.params_description);
+        if !readable {
+            assert!(summary.params_description.contains(&format!("is {ty} (ggml type {})", ty.id())));
+            assert_eq!(summary.params_written, summary.params, "{ty}: every param is archived");
+        }
+
+        let text = std::fs::read(dir.join(&summary.manifest.module)).unwrap();
+        let vmfb = dir.join(Manifest::VMFB);
+        match compiled.get(&text) {
+            Some(done) => drop(std::fs::copy(done, &vmfb).unwrap()),
+            None => {
+                compile(&dir, &Iree::for_tests()).unwrap_or_else(|e| panic!("{ty}: compile: {e}"));
+                compiled.insert(text, vmfb);
+            }
+        }
+
+        let gguf = Gguf::open(&model).unwrap();
+        let weights = GgufWeights::new(&gguf, packed).unwrap();
+        let serving = Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, 16).unwrap();
+        let want = interp::run(&serving.prefill, &[token_ids(&ids)], &weights).unwrap()[0].to_f64_vec();
+        let got = run(&dir, "prefill", &[token_ids(&ids)], 3)[0].to_f64_vec();
+        let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+        let diff = max_abs_diff(&got, &want);
+        rows.push(format!("{ty:>7}: params {:<9} packed {:<20} |IREE - interpreter| {diff:.1e}", mode.name(), packed));
+        assert!(
+            diff <= 1e-4 * scale,
+            "{ty}: IREE's prefill differs from the interpreter's by {diff:e} (scale {scale})"
+        );
+    }
+    eprintln!("{} types, {} compiles:\n{}", rows.len(), compiled.len(), rows.join("\n"));
+}

@@ -37,6 +37,8 @@ const FTYPE_MOSTLY_Q8_0: u32 = 7;
 /// `LLAMA_TOKEN_TYPE_NORMAL` and `_CONTROL`, for `tokenizer.ggml.token_type`.
 const TOKEN_TYPE_NORMAL: i32 = 1;
 const TOKEN_TYPE_CONTROL: i32 = 3;
+/// llama.cpp's `LLAMA_FTYPE_GUESSED`: the file does not say its mix.
+const FTYPE_GUESSED: u32 = 1024;
 /// `GGML_QNT_VERSION`, for `general.quantization_version`.
 const QNT_VERSION: u32 = 2;
 
@@ -86,6 +88,9 @@ pub enum Quant {
     Q4KM,
     /// `Q8_0`: every matrix Q8_0.
     Q8_0,
+    /// Every matrix of one type, the head and the embedding included: one
+    /// checkpoint per ggml type, for tests.
+    Uniform(GgmlType),
 }
 
 impl Quant {
@@ -94,6 +99,7 @@ impl Quant {
         match self {
             Quant::Q4KM => FTYPE_MOSTLY_Q4_K_M,
             Quant::Q8_0 => FTYPE_MOSTLY_Q8_0,
+            Quant::Uniform(_) => FTYPE_GUESSED,
         }
     }
 
@@ -104,6 +110,7 @@ impl Quant {
             (Quant::Q4KM, false) => GgmlType::Q4_K,
             (Quant::Q4KM, true) => GgmlType::Q6_K,
             (Quant::Q8_0, _) => GgmlType::Q8_0,
+            (Quant::Uniform(ty), _) => ty,
         }
     }
 }
