@@ -11,6 +11,7 @@ use kiln::iree::Iree;
 use kiln::lower::{self, Emit, LowerOptions};
 use kiln::models::synth::{self, Preset, SynthData};
 use kiln::models::PackedPolicy;
+use kiln::weights::ggml::GgmlType;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
@@ -144,6 +145,10 @@ enum DevCommand {
         /// Seed of `--data seeded`.
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Every matrix (head and embedding included) of this ggml type
+        /// instead of the preset's mix: `BF16`, `IQ4_XS`, ...
+        #[arg(long = "type")]
+        ggml_type: Option<GgmlType>,
     },
 }
 
@@ -330,13 +335,17 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Dev { command: DevCommand::Synth { preset, output, data, seed } } => {
+        Command::Dev { command: DevCommand::Synth { preset, output, data, seed, ggml_type } } => {
             let start = std::time::Instant::now();
             let (data, described) = match data {
                 Data::Zeros => (SynthData::Zeros, "zeros".to_string()),
                 Data::Seeded => (SynthData::Seeded(seed), format!("seeded({seed})")),
             };
-            let s = synth::write(&preset.config(), &output, data)?;
+            let mut config = preset.config();
+            if let Some(ty) = ggml_type {
+                config.quant = synth::Quant::Uniform(ty);
+            }
+            let s = synth::write(&config, &output, data)?;
             println!(
                 "{preset}: {} params ({:.2}B), {} bytes ({:.2} GiB), {} tensors, {described} data, {:.1}s -> {}",
                 s.elements,
