@@ -73,10 +73,12 @@ enum Command {
         #[arg(long = "dynamic-size", value_delimiter = ',', default_values_t = [2, 5])]
         dynamic_sizes: Vec<usize>,
     },
-    /// Export a checkpoint (.gguf) to a directory: the StableHLO module with
+    /// Export a checkpoint to a directory: the StableHLO module with
     /// `prefill`, `decode` and `generate`, any params archive, and
     /// manifest.json.
     Export {
+        /// A .gguf file, or a Hugging Face directory: config.json with
+        /// model.safetensors or model.safetensors.index.json and its shards.
         model: PathBuf,
         /// The directory to write (created if needed).
         #[arg(short, long)]
