@@ -9,6 +9,33 @@ gemma3="${XDG_CACHE_HOME:-$HOME/.cache}/kiln/gemma-3-270m-q4_k_m.gguf"
 cargo build --release -q
 kiln=target/release/kiln
 
+# Tests this script times, by path. A path that names no test (one renamed
+# or moved) fails here, before any figure, never as a silent "0 tests".
+lib_test=(cargo test -q --release --lib)
+irpa_test=weights::irpa::tests::archive_beyond_4_gib
+require_test() {
+  local found
+  found=$("${lib_test[@]}" -- --list --include-ignored --exact "$1" | grep -c ': test$' || true)
+  if [ "$found" != 1 ]; then
+    echo "bench: \`${lib_test[*]}\` has no test $1 (found $found; list them with -- --list)" >&2
+    exit 1
+  fi
+}
+# run_test NAME [LIBTEST ARGS]: the one test NAME, timed; fails unless it ran and passed.
+run_test() {
+  local name=$1 log
+  shift
+  log=$(/usr/bin/time -f 'wall %e s, peak RSS %M KB' "${lib_test[@]}" "$name" -- --exact "$@" 2>&1) || {
+    echo "$log" >&2
+    echo "bench: $name failed" >&2
+    exit 1
+  }
+  echo "$log" | grep -E "test result|wall"
+  echo "$log" | grep -q "test result: ok. 1 passed" || { echo "bench: $name ran no test" >&2; exit 1; }
+}
+"${lib_test[@]}" --no-run 2>/dev/null
+require_test "$irpa_test"
+
 echo "== dequantization throughput (single thread, f32 output) =="
 cargo bench -q --bench dequant -- "$smollm2" "$gemma3"
 
@@ -27,8 +54,7 @@ done
 
 echo
 echo "== IRPA: streaming a 4 GiB + 3 byte entry (wall time, peak RSS of the test process) =="
-cargo test -q --release --lib --no-run 2>/dev/null  # build first: time only the test
-/usr/bin/time -f 'wall %e s, peak RSS %M KB' cargo test -q --release --lib params::irpa::tests::archive_beyond_4_gib -- --ignored 2>&1 | grep -E "test result|wall"
+run_test "$irpa_test" --ignored  # built above: times only the test
 
 # ---------------------------------------------------------------------------
 # Export: every --params mode on the real checkpoints and synthetic

@@ -27,6 +27,13 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# `make test` runs clippy: rustup's default profile has it, its minimal one
+# does not.
+if ! cargo clippy --version >/dev/null 2>&1; then
+  echo "setup: adding clippy to the Rust toolchain"
+  rustup component add clippy
+fi
+
 # The stamp holds the package list, so changing it reinstalls.
 stamp=.venv/.kiln-setup
 want="${PIP_PACKAGES[*]}"

@@ -6,8 +6,11 @@
 //! `target/` folder holds the running program (`kiln`, an example, a test),
 //! else on `PATH`.
 
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::Instant;
 use thiserror::Error;
 
 /// Why an IREE tool could not be found or did not succeed.
@@ -72,6 +75,18 @@ pub const COMPILE_FLAGS: &[&str] = &[
     "--iree-opt-const-expr-hoisting=false",
 ];
 
+/// What one run of a tool took; its caller reports it (`kiln compile`
+/// prints iree-compile's).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ToolStats {
+    /// Wall time from start to exit, in seconds.
+    pub seconds: f64,
+    /// Peak resident memory in bytes of the tool, or of a process it ran
+    /// and waited for if that one's was larger (`ru_maxrss` of `wait4`, as
+    /// `/usr/bin/time` reports it).
+    pub peak_rss: u64,
+}
+
 /// The IREE tools kiln runs.
 #[derive(Clone, Debug)]
 pub struct Iree {
@@ -131,20 +146,21 @@ impl Iree {
     }
 
     /// Compiles an `.mlir`/`.mlirbc` file for the host CPU into `vmfb`,
-    /// written atomically.
-    pub fn compile(&self, mlir: &Path, vmfb: &Path) -> Result<(), IreeError> {
+    /// written atomically; returns what iree-compile took.
+    pub fn compile(&self, mlir: &Path, vmfb: &Path) -> Result<ToolStats, IreeError> {
         self.compile_with(mlir, vmfb, &[])
     }
 
     /// [`Iree::compile`] with `extra` flags after the target's.
-    pub fn compile_with(&self, mlir: &Path, vmfb: &Path, extra: &[String]) -> Result<(), IreeError> {
+    pub fn compile_with(&self, mlir: &Path, vmfb: &Path, extra: &[String]) -> Result<ToolStats, IreeError> {
         let io = |error| IreeError::Io { context: format!("writing {}", vmfb.display()), error };
         // iree-compile writes the file by name.
         let tmp = crate::AtomicFile::create_named(vmfb).map_err(io)?;
         let mut cmd = Command::new(&self.compile);
         cmd.args(COMPILE_FLAGS).args(extra).arg(mlir).arg("-o").arg(tmp.temp_path().expect("a named file"));
-        run_tool(cmd)?;
-        tmp.commit().map_err(io)
+        let (_, stats) = run_tool(cmd)?;
+        tmp.commit().map_err(io)?;
+        Ok(stats)
     }
 
     /// Runs `function` of a compiled module; inputs and outputs are `.npy`
@@ -168,25 +184,102 @@ impl Iree {
         for o in outputs {
             cmd.arg(format!("--output=@{}", o.display()));
         }
-        run_tool(cmd)
+        run_tool(cmd).map(|(stdout, _)| stdout)
     }
 }
 
-fn run_tool(mut cmd: Command) -> Result<String, IreeError> {
+/// Runs `cmd` as `Command::output` does (stdin closed, stdout and stderr
+/// captured), timing it and reaping it with `wait4` for its peak memory.
+fn run_tool(mut cmd: Command) -> Result<(String, ToolStats), IreeError> {
     let tool = cmd.get_program().to_string_lossy().into_owned();
-    let out = cmd.output().map_err(|error| IreeError::Spawn { tool: tool.clone(), error })?;
-    if !out.status.success() {
+    let failed = |error| IreeError::Spawn { tool: tool.clone(), error };
+    let start = Instant::now();
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(failed)?;
+    // Both pipes are drained at once: a tool blocked on a full stderr pipe
+    // would never close its stdout.
+    let mut stderr_pipe = child.stderr.take().expect("stderr is piped");
+    let stderr_reader = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        stderr_pipe.read_to_end(&mut bytes).map(|_| bytes)
+    });
+    let mut stdout = Vec::new();
+    let read = child.stdout.take().expect("stdout is piped").read_to_end(&mut stdout);
+    let stderr = stderr_reader.join().expect("the stderr reader does not panic");
+    // Reaped whatever the reads did, so no zombie is left behind.
+    let (status, peak_rss) =
+        wait_with_peak_rss(&child).map_err(|error| IreeError::Io { context: format!("waiting for {tool}"), error })?;
+    let stats = ToolStats { seconds: start.elapsed().as_secs_f64(), peak_rss };
+    let unread = |error| IreeError::Io { context: format!("reading the output of {tool}"), error };
+    let stderr = stderr.map_err(unread)?;
+    read.map_err(unread)?;
+    if !status.success() {
         return Err(IreeError::Failed {
             tool,
-            status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim_end().to_string(),
+            status: status.to_string(),
+            stderr: String::from_utf8_lossy(&stderr).trim_end().to_string(),
         });
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok((String::from_utf8_lossy(&stdout).into_owned(), stats))
+}
+
+/// Waits for `child` with `wait4`, which also returns its resource use
+/// (std's `Child::wait` does not); `child` must not be waited for again.
+/// Its peak resident memory in bytes: `ru_maxrss` is in KiB on Linux, the
+/// only OS kiln builds for (`O_TMPFILE`, `/proc`).
+fn wait_with_peak_rss(child: &std::process::Child) -> std::io::Result<(ExitStatus, u64)> {
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
+    let mut status = 0;
+    // SAFETY: rusage is plain integers, for which all zeros is valid.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: both pointers are to live locals of the right types.
+        if unsafe { libc::wait4(pid, &mut status, 0, &mut usage) } == pid {
+            let kib = u64::try_from(usage.ru_maxrss).unwrap_or(0);
+            return Ok((ExitStatus::from_raw(status), kib * 1024));
+        }
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// The figures are the child's own: dd's 64 MiB buffer shows in its
+    /// peak RSS, and not in that of `true` run after it (which
+    /// `getrusage(RUSAGE_CHILDREN)`, the largest child so far, would give).
+    #[test]
+    fn a_tool_run_reports_its_own_wall_time_and_peak_memory() {
+        let mut dd = Command::new("dd");
+        dd.args(["if=/dev/zero", "of=/dev/null", "bs=64M", "count=1", "status=none"]);
+        let start = Instant::now();
+        let (_, big) = run_tool(dd).unwrap();
+        assert!(big.seconds > 0.0 && big.seconds <= start.elapsed().as_secs_f64(), "{big:?}");
+        assert!(big.peak_rss >= 64 << 20, "{big:?}");
+        let mut echo = Command::new("sh");
+        echo.args(["-c", "echo kiln"]);
+        let (stdout, small) = run_tool(echo).unwrap();
+        assert_eq!(stdout, "kiln\n");
+        assert!(small.peak_rss > 0 && small.peak_rss < 16 << 20, "{small:?}");
+    }
+
+    /// A tool that fails is an error holding its status and its stderr.
+    #[test]
+    fn a_failing_tool_s_stderr_is_the_error() {
+        let mut sh = Command::new("sh");
+        sh.args(["-c", "echo partial; echo 'error: no such op' >&2; exit 3"]);
+        match run_tool(sh) {
+            Err(IreeError::Failed { tool, status, stderr }) => {
+                assert_eq!((tool.as_str(), stderr.as_str()), ("sh", "error: no such op"));
+                assert!(status.contains('3'), "{status}");
+            }
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+
     /// `kiln_compile` in cmake/KilnExport.cmake passes what `kiln compile` does.
     #[test]
     fn cmake_module_compiles_with_the_same_flags() {

@@ -74,10 +74,12 @@ enum Command {
         #[arg(long = "dynamic-size", value_delimiter = ',', default_values_t = [2, 5])]
         dynamic_sizes: Vec<usize>,
     },
-    /// Export a checkpoint (.gguf) to a directory: the StableHLO module with
+    /// Export a checkpoint to a directory: the StableHLO module with
     /// `prefill`, `decode` and `generate`, any params archive, and
     /// manifest.json.
     Export {
+        /// A .gguf file, or a Hugging Face directory: config.json with
+        /// model.safetensors or model.safetensors.index.json and its shards.
         model: PathBuf,
         /// The directory to write (created if needed).
         #[arg(short, long)]
@@ -304,9 +306,20 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Command::Compile { dir } => {
+            let iree = Iree::locate()?;
             let start = std::time::Instant::now();
-            let vmfb = export::compile(&dir, &Iree::locate()?)?;
-            println!("compiled {} in {:.1} s", vmfb.display(), start.elapsed().as_secs_f64());
+            // iree-compile takes minutes and prints nothing until it is done.
+            let spinner = Bars::spinner("iree-compile");
+            let compiled = export::compile(&dir, &iree);
+            spinner.finish_and_clear();
+            let c = compiled?;
+            println!(
+                "compiled {} in {:.1} s (iree-compile {:.1} s, peak RSS {:.1} MB)",
+                c.vmfb.display(),
+                start.elapsed().as_secs_f64(),
+                c.iree_compile.seconds,
+                c.iree_compile.peak_rss as f64 / 1e6
+            );
         }
         Command::Run { dir, prompt, max_new_tokens, decode_rate } => {
             let iree = Iree::locate()?;
@@ -389,6 +402,15 @@ struct Bars {
 }
 
 impl Bars {
+    /// A spinner with `name` and the seconds since it started, on stderr
+    /// when that is a terminal (indicatif draws nothing otherwise).
+    fn spinner(name: &str) -> indicatif::ProgressBar {
+        let style = indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("a valid template");
+        let bar = indicatif::ProgressBar::new_spinner().with_style(style).with_message(name.to_string());
+        bar.enable_steady_tick(std::time::Duration::from_millis(120));
+        bar
+    }
+
     fn finish(&mut self) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
@@ -399,9 +421,7 @@ impl Bars {
 impl export::Progress for Bars {
     fn stage(&mut self, name: &str) {
         self.finish();
-        let bar = indicatif::ProgressBar::new_spinner().with_message(name.to_string());
-        bar.enable_steady_tick(std::time::Duration::from_millis(120));
-        self.bar = Some(bar);
+        self.bar = Some(Bars::spinner(name));
     }
 
     fn start_bytes(&mut self, total: u64) {

@@ -26,7 +26,7 @@ mod plan;
 use plan::Plan;
 
 use crate::graph::{DType, Op};
-use crate::iree::{Iree, IreeError};
+use crate::iree::{Iree, IreeError, ToolStats};
 use crate::lower::{self, Emit, LowerError, LowerOptions, Session, Signature};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
 use crate::models::{scalar_i32, token_ids, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
@@ -534,8 +534,17 @@ impl Drop for Output {
     }
 }
 
+/// What [`compile`] wrote, and what iree-compile took.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The compiled module: `model.vmfb` in the export's directory.
+    pub vmfb: PathBuf,
+    /// iree-compile's wall time and peak memory.
+    pub iree_compile: ToolStats,
+}
+
 /// Compiles an export's module into `model.vmfb` next to it.
-pub fn compile(dir: &Path, iree: &Iree) -> Result<PathBuf> {
+pub fn compile(dir: &Path, iree: &Iree) -> Result<Compiled> {
     let manifest = Manifest::read(dir)?;
     // A killed `kiln compile` leaves its named temporary `model.vmfb`.
     crate::atomic::remove_stale_temps(dir).map_err(|error| ExportError::Io { path: dir.to_path_buf(), error })?;
@@ -548,8 +557,8 @@ pub fn compile(dir: &Path, iree: &Iree) -> Result<PathBuf> {
         });
     }
     let vmfb = dir.join(Manifest::VMFB);
-    iree.compile_with(&dir.join(&manifest.module), &vmfb, &manifest.compile_flags)?;
-    Ok(vmfb)
+    let iree_compile = iree.compile_with(&dir.join(&manifest.module), &vmfb, &manifest.compile_flags)?;
+    Ok(Compiled { vmfb, iree_compile })
 }
 
 /// What [`generate`] produced.

@@ -88,7 +88,12 @@ fn expected(graph: &Graph, stored: &[(&str, Vec<u8>)]) -> Vec<f64> {
 fn run_and_compare(dir: &Path, module_path: &Path, parameters: Option<(&str, &Path)>, want: &[f64]) {
     let iree = Iree::for_tests();
     let vmfb = dir.join(format!("{}.vmfb", module_path.file_name().expect("a file").to_string_lossy()));
-    iree.compile(module_path, &vmfb).unwrap_or_else(|e| panic!("{}: {e}", module_path.display()));
+    let start = std::time::Instant::now();
+    let compiled = iree.compile(module_path, &vmfb).unwrap_or_else(|e| panic!("{}: {e}", module_path.display()));
+    // iree-compile's own figures: within the call's time, and at least the
+    // compiler library it loads.
+    assert!(compiled.seconds > 0.0 && compiled.seconds <= start.elapsed().as_secs_f64(), "{compiled:?}");
+    assert!(compiled.peak_rss >= 32 << 20, "{compiled:?}");
     let (x, out) = (dir.join("x.npy"), dir.join("out.npy"));
     npy::write(&x, &input()).expect("write input");
     iree.run(&vmfb, "main", &[x], parameters.as_slice(), std::slice::from_ref(&out)).expect("iree-run-module");

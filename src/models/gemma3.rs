@@ -15,7 +15,7 @@
 //!   every norm here is a plain [`Tensor::rms_norm`], not
 //!   [`Tensor::gemma_rms_norm`].
 //! - Q/K rows are stored in HF order, so RoPE pairs `(i, i + d/2)`
-//!   ([`RopeStyle::NeoX`], llama.cpp's `LLAMA_ROPE_TYPE_NEOX` for gemma3).
+//!   ([`RopeStyle::NeoX`](crate::trace::nn::RopeStyle::NeoX), llama.cpp's `LLAMA_ROPE_TYPE_NEOX` for gemma3).
 //! - What the metadata leaves out, llama.cpp hard-codes and so do we: five
 //!   local layers then one global ([`SLIDING_WINDOW_PATTERN`]), local
 //!   layers' rope base 10000 without scaling, and the attention scale.

@@ -169,7 +169,7 @@ impl Config {
         let sparsity = pattern
             .iter()
             .map(|p| match p.as_f64() {
-                Some(p) if p == 0.0 => Ok(None),
+                Some(0.0) => Ok(None),
                 Some(p) if p > 0.0 && p < 1.0 => Ok(Some(normal_quantile(p))),
                 _ => Err(keys.error(
                     "activation_sparsity_pattern",
@@ -372,7 +372,7 @@ fn normal_quantile(p: f64) -> f64 {
         -3.969683028665376e1,
         2.209460984245205e2,
         -2.759285104469687e2,
-        1.383577518672690e2,
+        1.38357751867269e2,
         -3.066479806614716e1,
         2.506628277459239,
     ];
@@ -842,9 +842,12 @@ mod tests {
         max_abs_diff(&got, &crate::npy::read(reference).unwrap().to_f64_vec())
     }
 
+    /// Metadata keys to set, or to remove (`None`).
+    type MetaEdits<'a> = [(&'a str, Option<Value>)];
+
     /// The tiny GGUF of test/models/gemma3n_to_gguf.py with `meta` keys set
-    /// (or removed, with `None`) and the tensor `drop` left out.
-    fn edited(meta: &[(&str, Option<Value>)], drop: Option<&str>) -> Gguf<Vec<u8>> {
+    /// (or removed) and the tensor `drop` left out.
+    fn edited(meta: &MetaEdits, drop: Option<&str>) -> Gguf<Vec<u8>> {
         let source = Gguf::open(&fixture("gemma3n/gemma3n.gguf")).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("edited.gguf");
@@ -865,7 +868,7 @@ mod tests {
         Gguf::parse(std::fs::read(&path).unwrap()).unwrap()
     }
 
-    fn gguf_error(meta: &[(&str, Option<Value>)], drop: Option<&str>) -> String {
+    fn gguf_error(meta: &MetaEdits, drop: Option<&str>) -> String {
         let gguf = edited(meta, drop);
         let weights = GgufWeights::new(&gguf, PackedPolicy::Fail).unwrap();
         let refused = Family::from_gguf(&gguf).and_then(|family| Serving::new(&family, &weights, 16).map(|_| ()));
@@ -875,7 +878,7 @@ mod tests {
     /// What kiln does not compute is refused, naming the key or tensor.
     #[test]
     fn gguf_gemma3n_refusals_name_the_culprit() {
-        let refused: [(&[(&str, Option<Value>)], Option<&str>, &str); 8] = [
+        let refused: [(&MetaEdits, Option<&str>, &str); 8] = [
             (
                 &[("gemma3n.altup.num_inputs", Some(Value::U32(3)))],
                 None,
