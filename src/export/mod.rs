@@ -244,8 +244,9 @@ impl Source {
     }
 
     /// Why IREE cannot read the checkpoint's tensor files as parameter
-    /// files, if it cannot ([`plan::unreadable_gguf`]). IREE's safetensors
-    /// reader takes offsets only, whatever the dtype.
+    /// files, if it cannot: a GGUF tensor of a type IREE 3.13's GGUF reader
+    /// does not size. IREE's safetensors reader takes offsets only,
+    /// whatever the dtype.
     pub fn unreadable_by_iree(&self) -> Option<String> {
         match self {
             Source::Gguf(gguf) => plan::unreadable_gguf(gguf.tensors().map(|t| (t.name, t.ggml_type))),
