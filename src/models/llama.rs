@@ -317,6 +317,7 @@ mod tests {
     use crate::models::testing::{block_matrices, gguf_bytes, smollm2_path, Fill, Meta};
     use crate::models::{scalar_i32, token_ids, Family, GgufWeights, PackedPolicy};
     use crate::trace::nn::RopeScaling;
+    use crate::weights::ggml::GgmlType;
     use std::time::Instant;
 
     fn keep<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> GgufWeights<'_, D> {
@@ -467,10 +468,27 @@ mod tests {
         let e = err(tiny("llama", false, &["blk.1.ffn_up.weight"]));
         assert!(e.contains("\"blk.1.ffn_up.weight\" is missing"), "{e}");
 
-        const Q8_1: u32 = 9;
-        let odd = Gguf::parse(gguf_bytes(&[], &[("blk.0.attn_q.weight".into(), vec![32], Q8_1, vec![0; 36])])).unwrap();
-        let e = keep(&odd).declare(&odd.tensor("blk.0.attn_q.weight").unwrap()).unwrap_err().to_string();
+        // Quantized types the graph cannot dequantize: the host can.
+        let (q8_1, iq1_s, i32) = (GgmlType::Q8_1.id(), GgmlType::IQ1_S.id(), GgmlType::I32.id());
+        let odd = Gguf::parse(gguf_bytes(
+            &[],
+            &[
+                ("blk.0.attn_q.weight".into(), vec![32], q8_1, vec![0; 36]),
+                ("blk.0.attn_k.weight".into(), vec![256], iq1_s, vec![0; 50]),
+                ("rope_freqs".into(), vec![4], i32, vec![0; 16]),
+            ],
+        ))
+        .unwrap();
+        let declare = |policy, name| GgufWeights::new(&odd, policy).unwrap().declare(&odd.tensor(name).unwrap());
+        let e = declare(PackedPolicy::Keep, "blk.0.attn_q.weight").unwrap_err().to_string();
         assert!(e.contains("\"blk.0.attn_q.weight\" has ggml type Q8_1"), "{e}");
+        assert!(e.contains("use `--packed dequantize`") && e.contains("(it takes Q4_0 Q4_1 "), "{e}");
+        let e = declare(PackedPolicy::Keep, "blk.0.attn_k.weight").unwrap_err().to_string();
+        assert!(e.contains("has ggml type IQ1_S") && e.contains("use `--packed dequantize`"), "{e}");
+        assert!(declare(PackedPolicy::Dequantize(DType::F32), "blk.0.attn_k.weight").is_ok());
+        // A plain integer tensor is no param under any policy: no way out to name.
+        let e = declare(PackedPolicy::Keep, "rope_freqs").unwrap_err().to_string();
+        assert!(e.contains("has ggml type I32, which graphs cannot load") && !e.contains("--packed"), "{e}");
     }
 
     fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {

@@ -152,6 +152,15 @@ pub enum ModelError {
         /// Its ggml type.
         ty: GgmlType,
     },
+    /// A quantized tensor under [`PackedPolicy::Keep`] whose type the graph
+    /// cannot dequantize; the host can, so `--packed dequantize` is the way out.
+    #[error("tensor \"{name}\" has ggml type {ty}, which `--packed keep` cannot dequantize inside the graph (it takes {}): use `--packed dequantize` (dense f32/f16/bf16 params, dequantized on the host and written to an archive at export)", keep_types())]
+    KeepUnsupported {
+        /// The tensor's name.
+        name: String,
+        /// Its ggml type.
+        ty: GgmlType,
+    },
     /// A checkpoint tensor the front-end has no use for.
     #[error("tensor \"{name}\" is in the checkpoint but kiln's {family} front-end does not use it: the model has a part kiln does not compute")]
     UnusedTensor {
@@ -177,6 +186,12 @@ pub enum ModelError {
 
 /// This module's result type.
 pub type Result<T> = std::result::Result<T, ModelError>;
+
+/// The ggml types [`PackedPolicy::Keep`] takes, for its error: `Q8_0 Q4_0 ...`.
+fn keep_types() -> String {
+    let names: Vec<&str> = GgmlType::ALL.iter().filter(|&&t| dequant::supported(t)).map(|t| t.name()).collect();
+    names.join(" ")
+}
 
 /// The HF `model_type`s kiln exports, with their model classes
 /// (`architectures[0]`).
@@ -318,7 +333,7 @@ impl<'g, D: AsRef<[u8]>> GgufWeights<'g, D> {
                 packed: Some(ty),
                 encoding: Encoding::Dense(DType::I8),
             }),
-            (ty, PackedPolicy::Keep) => Err(ModelError::UnsupportedType { name: name(), ty }),
+            (ty, PackedPolicy::Keep) => Err(ModelError::KeepUnsupported { name: name(), ty }),
         }
     }
 

@@ -37,8 +37,25 @@ pub enum GgmlType {
     Q6_K,
     /// 8-bit K-quant: super-blocks of 256 with an f32 scale and sums of 16.
     Q8_K,
+    /// 2.06-bit i-quant: super-blocks of 256, groups of 8 from a 256-row
+    /// grid, 7-bit sign patterns, 4-bit scales per 32.
+    IQ2_XXS,
+    /// 2.31-bit i-quant: IQ2_XXS with a 512-row grid and 4-bit scales per 16.
+    IQ2_XS,
+    /// 3.06-bit i-quant: super-blocks of 256, groups of 4 from a 256-row
+    /// grid, 7-bit sign patterns, 4-bit scales per 32.
+    IQ3_XXS,
+    /// 1.56-bit i-quant: super-blocks of 256, groups of 8 from a 2048-row
+    /// grid of {-1, 0, 1} shifted by ±1/8, 3-bit scales per 32.
+    IQ1_S,
     /// 4-bit indices into a fixed non-linear table, blocks of 32 with an f16 scale.
     IQ4_NL,
+    /// 3.44-bit i-quant: super-blocks of 256, groups of 4 from a 512-row
+    /// grid, a sign bit per value, 4-bit scales per 32.
+    IQ3_S,
+    /// 2.56-bit i-quant: super-blocks of 256, groups of 8 from a 1024-row
+    /// grid, a sign bit per value, 4-bit scales per 16.
+    IQ2_S,
     /// IQ4_NL's table in super-blocks of 256 with 6-bit sub-block scales.
     IQ4_XS,
     /// 8-bit integer.
@@ -51,15 +68,27 @@ pub enum GgmlType {
     I64,
     /// 64-bit float.
     F64,
+    /// 1.75-bit i-quant: IQ1_S's grid, a shift per group of 8, 3-bit scales
+    /// per 16; the f16 scale is spread over the scales' top nibbles.
+    IQ1_M,
     /// bfloat16.
     BF16,
+    /// Ternary {-1, 0, 1}, 1.69 bits: super-blocks of 256, five values per
+    /// byte in base 3, an f16 scale.
+    TQ1_0,
+    /// Ternary {-1, 0, 1}, 2.06 bits: super-blocks of 256, four 2-bit values
+    /// per byte, an f16 scale.
+    TQ2_0,
+    /// OCP microscaling fp4: blocks of 32 e2m1 values under one e8m0
+    /// (power of two) scale.
+    MXFP4,
 }
 
 /// Elements per super-block of the K-quants.
 pub const QK_K: usize = 256;
 
 /// `(type, ggml id, name, block_size, type_size)`: the one table.
-const TABLE: [(GgmlType, u32, &str, usize, usize); 22] = [
+const TABLE: [(GgmlType, u32, &str, usize, usize); 32] = [
     (GgmlType::F32, 0, "F32", 1, 4),
     (GgmlType::F16, 1, "F16", 1, 2),
     (GgmlType::Q4_0, 2, "Q4_0", 32, 2 + 16),
@@ -74,20 +103,30 @@ const TABLE: [(GgmlType, u32, &str, usize, usize); 22] = [
     (GgmlType::Q5_K, 13, "Q5_K", QK_K, 2 + 2 + QK_K / 2 + QK_K / 8 + 12),
     (GgmlType::Q6_K, 14, "Q6_K", QK_K, 2 + QK_K / 2 + QK_K / 4 + QK_K / 16),
     (GgmlType::Q8_K, 15, "Q8_K", QK_K, 4 + QK_K + QK_K / 8),
+    (GgmlType::IQ2_XXS, 16, "IQ2_XXS", QK_K, 2 + QK_K / 4),
+    (GgmlType::IQ2_XS, 17, "IQ2_XS", QK_K, 2 + QK_K / 4 + QK_K / 32),
+    (GgmlType::IQ3_XXS, 18, "IQ3_XXS", QK_K, 2 + 3 * QK_K / 8),
+    (GgmlType::IQ1_S, 19, "IQ1_S", QK_K, 2 + QK_K / 8 + QK_K / 16),
     (GgmlType::IQ4_NL, 20, "IQ4_NL", 32, 2 + 16),
+    (GgmlType::IQ3_S, 21, "IQ3_S", QK_K, 2 + QK_K / 4 + QK_K / 32 + QK_K / 8 + QK_K / 64),
+    (GgmlType::IQ2_S, 22, "IQ2_S", QK_K, 2 + QK_K / 4 + QK_K / 32 + QK_K / 32),
     (GgmlType::IQ4_XS, 23, "IQ4_XS", QK_K, 2 + 2 + QK_K / 2 + QK_K / 64),
     (GgmlType::I8, 24, "I8", 1, 1),
     (GgmlType::I16, 25, "I16", 1, 2),
     (GgmlType::I32, 26, "I32", 1, 4),
     (GgmlType::I64, 27, "I64", 1, 8),
     (GgmlType::F64, 28, "F64", 1, 8),
+    (GgmlType::IQ1_M, 29, "IQ1_M", QK_K, QK_K / 8 + QK_K / 16 + QK_K / 32),
     (GgmlType::BF16, 30, "BF16", 1, 2),
+    (GgmlType::TQ1_0, 34, "TQ1_0", QK_K, (QK_K - 4 * QK_K / 64) / 5 + QK_K / 64 + 2),
+    (GgmlType::TQ2_0, 35, "TQ2_0", QK_K, QK_K / 4 + 2),
+    (GgmlType::MXFP4, 39, "MXFP4", 32, 1 + 16),
 ];
 
 impl GgmlType {
     /// Every type kiln knows, in ggml id order.
-    pub const ALL: [GgmlType; 22] = {
-        let mut all = [GgmlType::F32; 22];
+    pub const ALL: [GgmlType; TABLE.len()] = {
+        let mut all = [GgmlType::F32; TABLE.len()];
         let mut i = 0;
         while i < TABLE.len() {
             all[i] = TABLE[i].0;
@@ -163,6 +202,7 @@ mod tests {
 
     #[test]
     fn table_is_consistent() {
+        use GgmlType as T;
         for (i, t) in GgmlType::ALL.iter().enumerate() {
             assert_eq!(GgmlType::from_id(t.id()), Some(*t));
             assert!(GgmlType::ALL[..i].iter().all(|o| o.id() != t.id()), "duplicate id {}", t.id());
@@ -174,6 +214,11 @@ mod tests {
         assert_eq!(GgmlType::Q3_K.type_size(), 110);
         assert_eq!(GgmlType::Q8_K.type_size(), 292);
         assert_eq!(GgmlType::IQ4_XS.type_size(), 136);
+        let new = [(T::IQ2_XXS, 66), (T::IQ2_XS, 74), (T::IQ3_XXS, 98), (T::IQ1_S, 50), (T::IQ3_S, 110)];
+        let newer = [(T::IQ2_S, 82), (T::IQ1_M, 56), (T::TQ1_0, 54), (T::TQ2_0, 66), (T::MXFP4, 17)];
+        for (t, type_size) in new.into_iter().chain(newer) {
+            assert_eq!((t.type_size(), t.block_size()), (type_size, if t == T::MXFP4 { 32 } else { QK_K }), "{t}");
+        }
         assert_eq!(GgmlType::from_id(4), None);
         assert_eq!(GgmlType::Q4_0.byte_len(64), Some(36));
         assert_eq!(GgmlType::Q4_0.byte_len(33), None);

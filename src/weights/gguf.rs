@@ -1150,6 +1150,36 @@ mod tests {
         assert!(e.to_string().starts_with(&format!("{}: the file ends", short.display())), "{e}");
     }
 
+    /// A file holding a tensor of every ggml type kiln knows (the i-quants,
+    /// TQ1_0, TQ2_0 and MXFP4 among them) opens, each tensor sized by the
+    /// type table and its seeded blocks dequantizing to finite values.
+    #[test]
+    fn opens_a_tensor_of_every_ggml_type() {
+        use crate::weights::gguf_writer::{GgufWriter, TensorData};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("types.gguf");
+        let mut w = GgufWriter::new(&path);
+        for ty in GgmlType::ALL {
+            w.add_tensor(&format!("t.{ty}"), &[3, 2 * ty.block_size()], ty).unwrap();
+        }
+        w.write_data(|i| TensorData::Seeded(i as u64)).unwrap();
+        let g = Gguf::open(&path).unwrap();
+        assert_eq!(g.tensors().len(), GgmlType::ALL.len());
+        for ty in GgmlType::ALL {
+            let t = g.tensor(&format!("t.{ty}")).unwrap_or_else(|| panic!("t.{ty}"));
+            assert_eq!((t.ggml_type, t.shape()), (ty, vec![3, 2 * ty.block_size()]));
+            assert_eq!(t.data.len(), 6 * ty.type_size(), "{ty}");
+            let values = crate::weights::quant::dequantize_to_vec(ty, t.data).unwrap();
+            assert_eq!(values.len(), 6 * ty.block_size(), "{ty}");
+            assert!(values.iter().all(|v| v.is_finite()), "{ty}");
+        }
+        // The table's block size also bounds the rows of the new types.
+        let e = parse_err(with_infos(&[info("q", &[128, 2], GgmlType::IQ2_XXS, 0)], &[0; 66]));
+        assert!(e.contains("row length 128") && e.contains("IQ2_XXS blocks of 256"), "{e}");
+        let e = parse_err(with_infos(&[info("q", &[16], GgmlType::MXFP4, 0)], &[0; 32]));
+        assert!(e.contains("MXFP4 blocks of 32"), "{e}");
+    }
+
     // ---- hostile input: each is an error, never a panic ----
 
     fn parse_err(bytes: Vec<u8>) -> String {

@@ -558,6 +558,11 @@ mod seeded {
         match ty {
             // { d; qs } and { d; qh; qs }
             T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL => &[0],
+            // The i-quants: { d; qs; ... }
+            T::IQ2_XXS | T::IQ2_XS | T::IQ2_S | T::IQ3_XXS | T::IQ3_S | T::IQ1_S => &[0],
+            // { qs[48]; qh[4]; d } and { qs[64]; d }
+            T::TQ1_0 => &[52],
+            T::TQ2_0 => &[64],
             // { d; m; ... }, { d; s; qs }, { d; dmin; scales; ... }
             T::Q4_1 | T::Q5_1 | T::Q8_1 | T::Q4_K | T::Q5_K => &[0, 2],
             // { d; scales_h; scales_l; qs }
@@ -568,8 +573,12 @@ mod seeded {
             T::Q3_K => &[108],
             // { ql[128]; qh[64]; scales[16]; d }
             T::Q6_K => &[208],
-            // Q8_K's d is a float; the plain types are handled per element.
-            T::Q8_K | T::F32 | T::F16 | T::BF16 | T::F64 | T::I8 | T::I16 | T::I32 | T::I64 => &[],
+            // Q8_K's d is a float, IQ1_M's is spread over nibbles, MXFP4's
+            // scale is an exponent byte (see `block`); the plain types are
+            // handled per element.
+            T::Q8_K | T::IQ1_M | T::MXFP4 | T::F32 | T::F16 | T::BF16 | T::F64 | T::I8 | T::I16 | T::I32 | T::I64 => {
+                &[]
+            }
         }
     }
 
@@ -586,6 +595,22 @@ mod seeded {
                 rng.fill(block);
                 block[..4].copy_from_slice(&rng.scale().to_le_bytes());
             }
+            T::IQ1_M => {
+                // { qs[32]; qh[16]; scales[8] }: the f16 d's four nibbles are
+                // the top nibbles of the four u16 scales, lowest first.
+                rng.fill(block);
+                let d = f16::from_f32(rng.scale()).to_bits();
+                for k in 0..4 {
+                    let top = &mut block[48 + 2 * k + 1];
+                    *top = (*top & 0x0F) | (((d >> (4 * k)) & 0x0F) as u8) << 4;
+                }
+            }
+            T::MXFP4 => {
+                // { e; qs[16] }: the (halved) scale 2^(e - 128) is 2^-12,
+                // 2^-11 or 2^-10, the size of `scale`.
+                rng.fill(block);
+                block[0] = 116 + (rng.next() % 3) as u8;
+            }
             T::Q4_0
             | T::Q4_1
             | T::Q5_0
@@ -598,7 +623,15 @@ mod seeded {
             | T::Q5_K
             | T::Q6_K
             | T::IQ4_NL
-            | T::IQ4_XS => {
+            | T::IQ4_XS
+            | T::IQ2_XXS
+            | T::IQ2_XS
+            | T::IQ2_S
+            | T::IQ3_XXS
+            | T::IQ3_S
+            | T::IQ1_S
+            | T::TQ1_0
+            | T::TQ2_0 => {
                 rng.fill(block);
                 for &at in f16_fields(ty) {
                     block[at..at + 2].copy_from_slice(&f16::from_f32(rng.scale()).to_le_bytes());

@@ -10,8 +10,9 @@ OUT_DIR/TYPE/source.txt: "gguf-py" when `gguf.quants.dequantize` handles the
 type, else "numpy" for the few types gguf-py lacks (Q8_1, Q8_K, F64, I8..I64),
 computed here with numpy after ggml C's formula.
 
-Blocks are random bytes, except that float fields (f16 scales, plain floats)
-are redrawn finite, subnormals included, so that no NaN or inf appears.
+Blocks are random bytes, except that float fields (f16 scales, plain floats,
+IQ1_M's f16 spread over four nibbles, MXFP4's e8m0 exponent) are redrawn
+finite, subnormals included, so that no NaN or inf appears.
 """
 
 import sys
@@ -27,6 +28,8 @@ F16_FIELDS = {
     T.Q8_0: [0], T.Q8_1: [0, 2],
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2],
     T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0],
+    T.IQ2_XXS: [0], T.IQ2_XS: [0], T.IQ2_S: [0], T.IQ3_XXS: [0], T.IQ3_S: [0],
+    T.IQ1_S: [0], T.TQ1_0: [52], T.TQ2_0: [64],
 }
 
 
@@ -69,6 +72,17 @@ def random_blocks(rng, qtype, n):
         blocks[:, :4] = d.view(np.uint8).reshape(n, 4)
     for off in F16_FIELDS.get(qtype, []):
         blocks[:, off:off + 2] = finite_f16(rng, n).view(np.uint8).reshape(n, 2)
+    if qtype == T.IQ1_M:
+        # qs[32], qh[16], scales[8]: d's nibbles are the top nibbles of the
+        # four u16 scales (bytes 49, 51, 53, 55), lowest nibble first.
+        d = finite_f16(rng, n).view(np.uint16)
+        for k in range(4):
+            nib = ((d >> (4 * k)) & 0xF).astype(np.uint8)
+            blocks[:, 49 + 2 * k] = (blocks[:, 49 + 2 * k] & 0x0F) | (nib << 4)
+    if qtype == T.MXFP4:
+        # e (e8m0): the scale is 2^(e - 128) times values up to 12, so e up to
+        # 252 stays finite; 0 and 1 are the subnormal scales.
+        blocks[:, 0] = rng.integers(0, 253, n, dtype=np.uint8)
     return blocks.reshape(-1)
 
 

@@ -10,10 +10,14 @@
 //! [`dequantize`] takes any whole number of blocks, so a huge tensor can be
 //! converted chunk by chunk with bounded memory.
 
+mod grids;
+mod iq;
 mod iq4;
 mod kquants;
 mod legacy;
+mod mxfp4;
 mod plain;
+mod ternary;
 
 use super::ggml::GgmlType;
 use thiserror::Error;
@@ -77,6 +81,16 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), Qua
         T::Q8_K => each_block(bytes, out, kquants::dequantize_q8_k),
         T::IQ4_NL => each_block(bytes, out, iq4::dequantize_iq4_nl),
         T::IQ4_XS => each_block(bytes, out, iq4::dequantize_iq4_xs),
+        T::IQ2_XXS => each_block(bytes, out, iq::dequantize_iq2_xxs),
+        T::IQ2_XS => each_block(bytes, out, iq::dequantize_iq2_xs),
+        T::IQ2_S => each_block(bytes, out, iq::dequantize_iq2_s),
+        T::IQ3_XXS => each_block(bytes, out, iq::dequantize_iq3_xxs),
+        T::IQ3_S => each_block(bytes, out, iq::dequantize_iq3_s),
+        T::IQ1_S => each_block(bytes, out, iq::dequantize_iq1_s),
+        T::IQ1_M => each_block(bytes, out, iq::dequantize_iq1_m),
+        T::TQ1_0 => each_block(bytes, out, ternary::dequantize_tq1_0),
+        T::TQ2_0 => each_block(bytes, out, ternary::dequantize_tq2_0),
+        T::MXFP4 => each_block(bytes, out, mxfp4::dequantize_mxfp4),
     }
     Ok(())
 }
@@ -228,6 +242,19 @@ mod tests {
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// `grids.rs` is what `gen_grids.py` makes of gguf-py's grids today.
+    #[test]
+    fn grids_are_gen_grids_output() {
+        let child = python("gen_grids.py", &[]);
+        let out = child.wait_with_output().expect("python's output is readable");
+        assert!(out.status.success(), "test/quant/gen_grids.py failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        let generated = String::from_utf8(out.stdout).expect("gen_grids.py prints UTF-8");
+        assert!(
+            generated == include_str!("grids.rs"),
+            "src/weights/quant/grids.rs differs from gen_grids.py's output: rerun\n  .venv/bin/python test/quant/gen_grids.py > src/weights/quant/grids.rs"
+        );
     }
 
     #[derive(serde::Deserialize)]
