@@ -14,11 +14,15 @@
 //! are bitcast from `[n, 2]` bytes and converted to f32 (exact), and the
 //! quants are unpacked with `and`/shifts on `ui8`.
 //!
+//! IQ4_NL and IQ4_XS index a 16-entry table of int8 levels with each
+//! nibble ([`NibbleTable`], looked up with a select and shifts, no memory).
+//!
 //! Rounding: every product here is exact in f32 (an f16 has 11 significant
-//! bits; times a scale of at most 7 bits and a quant of at most 6, never
-//! more than 24), so the only rounding step is the final `+ m` / `- ml` of
-//! Q4_1, Q5_1, Q2_K, Q4_K and Q5_K. A compiler that contracts `a * b - c`
-//! into an FMA or reassociates the products therefore gets the same bits.
+//! bits; times a scale of at most 7 bits and a quant of at most 6, or an
+//! IQ4 scale of at most 6 bits and a level of at most 7, never more than
+//! 24), so the only rounding step is the final `+ m` / `- ml` of Q4_1,
+//! Q5_1, Q2_K, Q4_K and Q5_K. A compiler that contracts `a * b - c` into an
+//! FMA or reassociates the products therefore gets the same bits.
 
 use super::{Tensor, TraceError};
 use crate::graph::{DType, Op, TensorType};
@@ -63,6 +67,8 @@ pub fn block_dims(ty: GgmlType) -> &'static [usize] {
         T::Q2_K | T::Q3_K => &[2, 4, 2, 16],
         T::Q4_K | T::Q5_K => &[4, 2, 32],
         T::Q6_K => &[2, 2, 2, 2, 16],
+        T::IQ4_NL => &[2, 16],
+        T::IQ4_XS => &[8, 2, 16],
         _ => &[],
     }
 }
@@ -83,6 +89,8 @@ pub fn decompose<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result<
         T::Q4_K => q4_k(&blocks)?,
         T::Q5_K => q5_k(&blocks)?,
         T::Q6_K => q6_k(&blocks)?,
+        T::IQ4_NL => iq4_nl(&blocks)?,
+        T::IQ4_XS => iq4_xs(&blocks)?,
         _ => return Err(TraceError::Op { op: "dequantize", message: format!("ggml type {ty} has no decomposition") }),
     };
     y.reshape(shape)
@@ -257,6 +265,65 @@ fn bit_planes<'t>(b: &Blocks<'t>, bytes: &Tensor<'t>) -> Result<Tensor<'t>> {
     unpack(bytes, b.d(1), 8, 1, 1)
 }
 
+/// A table of 16 int8 levels indexed by a 4-bit code (IQ4's
+/// `kvalues_iq4nl`), packed for a lookup that needs no memory: the levels
+/// are the little-endian bytes of two 64-bit words, codes 0..8 in `lo` and
+/// 8..16 in `hi`, so level `i` is byte `i & 7` of the word that bit 3 of
+/// `i` selects, sign-extended. Element-wise, that vectorizes and fuses
+/// where a gather from a constant table would not. [`lookup`] is the
+/// StableHLO form, `packed_matvec`'s lowering has the scalar one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NibbleTable {
+    /// Levels 0..8, level `i` in bits `8i..8i + 8`.
+    pub lo: i64,
+    /// Levels 8..16.
+    pub hi: i64,
+}
+
+impl NibbleTable {
+    /// `levels` packed into their two words.
+    pub const fn new(levels: [i8; 16]) -> Self {
+        let mut words = [0u64; 2];
+        let mut i = 0;
+        while i < 16 {
+            words[i / 8] |= (levels[i] as u8 as u64) << (8 * (i % 8));
+            i += 1;
+        }
+        NibbleTable { lo: words[0] as i64, hi: words[1] as i64 }
+    }
+
+    /// Level `code` (`0..16`), as the lowerings read it.
+    pub const fn level(&self, code: u8) -> i8 {
+        let word = if code & 8 == 0 { self.lo } else { self.hi };
+        (word >> (8 * (code & 7))) as i8
+    }
+}
+
+/// `kvalues_iq4nl` from `ggml-common.h`, the levels of IQ4_NL and IQ4_XS.
+/// The CPU dequantizer keeps its own copy; the tests check that the two
+/// agree.
+pub const KVALUES_IQ4NL: NibbleTable =
+    NibbleTable::new([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]);
+
+/// `table`'s levels at the codes `code` (any integer type, values in
+/// `0..16`), as f32 (exact). The word that bit 3 selects is shifted left
+/// until level `code & 7` is its top byte, and arithmetically right by 56:
+/// every step is defined on i64 (no narrowing convert of a value that does
+/// not fit).
+fn lookup<'t>(table: &NibbleTable, code: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let code = code.convert(DType::I64)?;
+    // A splat holds an f64: each 64-bit word is built from its 32-bit
+    // halves, which it holds exactly (iree-compile folds the rest).
+    let word = |w: i64| -> Result<Tensor<'t>> {
+        let half = |h: u64| splat(&code, h as f64);
+        shl(&half(w as u64 >> 32)?, 32)?.or(&half(w as u64 & 0xFFFF_FFFF)?)
+    };
+    let upper = and(&code, 8)?.compare(crate::graph::ComparisonDirection::Ne, &splat(&code, 0.0)?)?;
+    let w = upper.select(&word(table.hi)?, &word(table.lo)?)?;
+    let up = splat(&code, 56.0)?.subtract(&shl(&and(&code, 7)?, 3)?)?;
+    f32(&w.shift_left(&up)?.shift_right_arithmetic(&splat(&code, 56.0)?)?)
+}
+
 /// `block_q8_0 { d; qs[32] (int8) }`: `qs * d`.
 fn q8_0<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
     let d = b.f16()?;
@@ -412,6 +479,35 @@ fn q6_k<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
     per(&dl, &q)?.multiply(&q)
 }
 
+/// `block_iq4_nl { d; qs[16] }`: `d * kvalues_iq4nl[q]`, the nibbles in the
+/// legacy layout.
+fn iq4_nl<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let d = b.f16()?;
+    let qs = b.take(16)?;
+    let q = lookup(&KVALUES_IQ4NL, &nibbles(b, &qs)?)?;
+    per(&d, &q)?.multiply(&q)
+}
+
+/// `block_iq4_xs { d; scales_h; scales_l[4]; qs[128] }`: `d * (ls - 32) *
+/// kvalues_iq4nl[q]` per 32-value sub-block `j`, whose values are the
+/// nibbles of `qs[16j..16j + 16]` in the legacy layout. The 6-bit `ls`
+/// takes its low four bits from nibble `j % 2` of `scales_l[j / 2]` and its
+/// top two from bits `2j..` of the little-endian `u16` `scales_h`.
+fn iq4_xs<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let d = b.f16()?;
+    let scales_h = b.take(2)?;
+    let scales_l = b.take(QK_K / 64)?;
+    let qs = b.take(QK_K / 2)?;
+    // [n, 4, 2] nibbles of scales_l and [n, 2, 4] crumbs of scales_h, both
+    // in sub-block order once merged to [n, 8].
+    let lo = merge(&unpack(&scales_l, b.d(2), 2, 4, 0x0F)?, b.d(1))?;
+    let hi = merge(&unpack(&scales_h, b.d(2), 4, 2, 3)?, b.d(1))?;
+    let ls = minus(&f32(&lo.or(&shl(&hi, 4)?)?)?, 32.0)?;
+    let dl = per(&d, &ls)?.multiply(&ls)?;
+    let q = lookup(&KVALUES_IQ4NL, &unpack(&qs.reshape(&b.sh(&[8, 16]))?, b.d(2), 2, 4, 0x0F)?)?;
+    per(&dl, &q)?.multiply(&q)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,16 +524,16 @@ mod tests {
     const BLOCKS: usize = 8;
 
     /// Every type [`supported`] admits, in the order the test graph holds them.
-    const TYPES: [GgmlType; 10] = {
+    const TYPES: [GgmlType; 12] = {
         use GgmlType as T;
-        [T::Q8_0, T::Q4_0, T::Q4_1, T::Q5_0, T::Q4_K, T::Q6_K, T::Q5_1, T::Q2_K, T::Q3_K, T::Q5_K]
+        [T::Q8_0, T::Q4_0, T::Q4_1, T::Q5_0, T::Q4_K, T::Q6_K, T::Q5_1, T::Q2_K, T::Q3_K, T::Q5_K, T::IQ4_NL, T::IQ4_XS]
     };
 
     /// Byte offsets of the f16 fields in each block, as gguf_reference.py has them.
     fn f16_fields(ty: GgmlType) -> &'static [usize] {
         use GgmlType as T;
         match ty {
-            T::Q4_0 | T::Q5_0 | T::Q8_0 => &[0],
+            T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL | T::IQ4_XS => &[0],
             T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => &[0, 2],
             T::Q2_K => &[80, 82],
             T::Q3_K => &[108],
@@ -650,6 +746,19 @@ mod tests {
         assert!(failures.is_empty(), "{failures:#?}");
     }
 
+    /// The packed table is `kvalues_iq4nl` as the CPU dequantizer reads it:
+    /// an IQ4_NL block with `d = 1` and low nibbles `0..16` dequantizes to
+    /// the levels in order.
+    #[test]
+    fn iq4_table_matches_the_cpu_dequantizer() {
+        let mut block = vec![0x00, 0x3C]; // f16 1.0
+        block.extend(0..16u8);
+        let levels = quant::dequantize_to_vec(GgmlType::IQ4_NL, &block).unwrap();
+        let packed: Vec<f32> = (0..16).map(|i| f32::from(KVALUES_IQ4NL.level(i))).collect();
+        assert_eq!(packed, levels[..16]);
+        assert_eq!(KVALUES_IQ4NL.lo as u64, 0xF6EA_DDCF_BFAD_9881);
+    }
+
     #[test]
     fn wrong_lengths_and_unsupported_types_are_errors() {
         let t = Tracer::new("main");
@@ -659,8 +768,9 @@ mod tests {
         assert!(err.contains("Q4_0") && err.contains("needs 54 bytes"), "{err}");
         let err = dequantize(&raw, GgmlType::Q4_0, &[2, 31]).unwrap_err().to_string();
         assert!(err.contains("whole number of 32-value blocks"), "{err}");
-        let err = dequantize(&raw, GgmlType::IQ4_NL, &[2, 32]).unwrap_err().to_string();
-        assert!(err.contains("IQ4_NL") && err.contains("not supported"), "{err}");
+        // Q8_1 (36-byte blocks of 32) has no decomposition: only the type is wrong.
+        let err = dequantize(&raw, GgmlType::Q8_1, &[32]).unwrap_err().to_string();
+        assert!(err.contains("ggml type Q8_1 is not supported in graphs"), "{err}");
         assert!(!supported(GgmlType::F16) && !supported(GgmlType::Q8_K));
         let wide = t.param("f", TensorType::new([36], DType::F32)).unwrap();
         let err = dequantize(&wide, GgmlType::Q4_0, &[2, 32]).unwrap_err().to_string();
