@@ -15,9 +15,9 @@
 //! dequantizer's arithmetic (each product in it is exact in f32, so every
 //! K-quant weight is bit-exact with it); the 32-value types and the IQ4
 //! types multiply their block's scale and min into the block's sums instead
-//! ([`Decoded`]). IQ4's levels come from a 16-entry table packed in two i64
-//! constants ([`NibbleTable`]): a select and a shift per value, on
-//! registers.
+//! ([`Decoded`]). IQ4's levels come from a 16-entry table packed in four
+//! i32 constants ([`NibbleTable`]): three selects and two shifts per value,
+//! on registers.
 //! Several matrices of one type and shape that share `x` are one generic
 //! with a lane sum per matrix, and one reduce finishes them all: streaming
 //! them side by side is faster than one after the other.
@@ -534,24 +534,23 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
         }
     }
 
-    /// `table`'s level at `code` (an i32 in `0..16`), as i8: the word that
-    /// bit 3 of `code` selects, shifted right by `8 * (code & 7)` and
-    /// truncated ([`NibbleTable`]). Element-wise on registers, so it
-    /// vectorizes across the lanes; a gather from a constant table would
-    /// load each lane's level from memory.
+    /// `table`'s level at `code` (an i32 in `0..16`), sign-extended to
+    /// i32: the word that bits 3 and 2 of `code` select, shifted left by `8
+    /// * (code & 3)` and arithmetically right by 24 ([`NibbleTable`]).
     fn lookup(&self, table: &NibbleTable, code: Value<'c, 'b>) -> Value<'c, 'b> {
-        let i64 = self.int(64);
-        let word = |w: i64| {
-            let attr = IntegerAttribute::new(i64, w).into();
-            self.op_with("arith.constant", &[], Some(("value", attr)), i64)
+        let word = |k: usize| self.int_const(code, table.words[k].into());
+        let bit = |mask: i64| {
+            // arith.cmpi's predicate 1 is `ne`.
+            let predicate = IntegerAttribute::new(self.int(64), 1).into();
+            let zero = self.int_const(code, 0);
+            self.op_with("arith.cmpi", &[self.and(code, mask), zero], Some(("predicate", predicate)), self.int(1))
         };
-        // arith.cmpi's predicate 8 is `ugt`.
-        let predicate = IntegerAttribute::new(self.int(64), 8).into();
-        let seven = self.int_const(code, 7);
-        let upper = self.op_with("arith.cmpi", &[code, seven], Some(("predicate", predicate)), self.int(1));
-        let w = self.op("arith.select", &[upper, word(table.hi), word(table.lo)], i64);
-        let shift = self.zext(self.shl(self.and(code, 7), 3), 64);
-        self.cast("arith.trunci", self.binary("arith.shrui", w, shift), self.int(8))
+        let (bit2, bit3) = (bit(4), bit(8));
+        let select = |pred, on_true, on_false| self.op("arith.select", &[pred, on_true, on_false], code.r#type());
+        let low = select(bit2, word(1), word(0));
+        let high = select(bit2, word(3), word(2));
+        let top = self.binary("arith.shli", select(bit3, high, low), self.shl(self.and(code, 3), 3));
+        self.binary("arith.shrsi", top, self.int_const(top, 24))
     }
 
     fn mul(&self, a: Value<'c, 'b>, b: Value<'c, 'b>) -> Value<'c, 'b> {

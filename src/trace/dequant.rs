@@ -15,7 +15,7 @@
 //! quants are unpacked with `and`/shifts on `ui8`.
 //!
 //! IQ4_NL and IQ4_XS index a 16-entry table of int8 levels with each
-//! nibble ([`NibbleTable`], looked up with a select and shifts, no memory).
+//! nibble ([`NibbleTable`], looked up with selects and shifts, no memory).
 //!
 //! Rounding: every product here is exact in f32 (an f16 has 11 significant
 //! bits; times a scale of at most 7 bits and a quant of at most 6, or an
@@ -266,36 +266,36 @@ fn bit_planes<'t>(b: &Blocks<'t>, bytes: &Tensor<'t>) -> Result<Tensor<'t>> {
 }
 
 /// A table of 16 int8 levels indexed by a 4-bit code (IQ4's
-/// `kvalues_iq4nl`), packed for a lookup that needs no memory: the levels
-/// are the little-endian bytes of two 64-bit words, codes 0..8 in `lo` and
-/// 8..16 in `hi`, so level `i` is byte `i & 7` of the word that bit 3 of
-/// `i` selects, sign-extended. Element-wise, that vectorizes and fuses
-/// where a gather from a constant table would not. [`lookup`] is the
-/// StableHLO form, `packed_matvec`'s lowering has the scalar one.
+/// `kvalues_iq4nl`), packed for a lookup that needs no memory: four 32-bit
+/// words, level `4k + j` the big-endian byte `j` of word `k`. Bits 3 and 2
+/// of the code pick the word (three selects), a left shift by `8 * (code &
+/// 3)` brings the level to the top byte, and an arithmetic right shift by
+/// 24 sign-extends it. Element-wise on 32-bit lanes, so it vectorizes and
+/// fuses; in packed_matvec on AVX-512 this took a 2048 x 2048 IQ4_NL
+/// product to 1.1 ms against 1.95 for two 64-bit words (twice the
+/// registers) and 3.8 for a gather from a constant table. [`lookup`] is
+/// the StableHLO form; packed_matvec's lowering has the scalar one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NibbleTable {
-    /// Levels 0..8, level `i` in bits `8i..8i + 8`.
-    pub lo: i64,
-    /// Levels 8..16.
-    pub hi: i64,
+    /// Levels `4k..4k + 4` in word `k`, the first in the top byte.
+    pub words: [i32; 4],
 }
 
 impl NibbleTable {
-    /// `levels` packed into their two words.
+    /// `levels` packed into their four words.
     pub const fn new(levels: [i8; 16]) -> Self {
-        let mut words = [0u64; 2];
+        let mut words = [0i32; 4];
         let mut i = 0;
         while i < 16 {
-            words[i / 8] |= (levels[i] as u8 as u64) << (8 * (i % 8));
+            words[i / 4] |= ((levels[i] as u8 as u32) << (24 - 8 * (i % 4))) as i32;
             i += 1;
         }
-        NibbleTable { lo: words[0] as i64, hi: words[1] as i64 }
+        NibbleTable { words }
     }
 
-    /// Level `code` (`0..16`), as the lowerings read it.
+    /// Level `code` (`0..16`) read as the lowerings read it.
     pub const fn level(&self, code: u8) -> i8 {
-        let word = if code & 8 == 0 { self.lo } else { self.hi };
-        (word >> (8 * (code & 7))) as i8
+        ((self.words[(code / 4) as usize] << (8 * (code % 4))) >> 24) as i8
     }
 }
 
@@ -305,23 +305,21 @@ impl NibbleTable {
 pub const KVALUES_IQ4NL: NibbleTable =
     NibbleTable::new([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]);
 
-/// `table`'s levels at the codes `code` (any integer type, values in
-/// `0..16`), as f32 (exact). The word that bit 3 selects is shifted left
-/// until level `code & 7` is its top byte, and arithmetically right by 56:
-/// every step is defined on i64 (no narrowing convert of a value that does
-/// not fit).
+/// `table`'s levels at `code` (an integer tensor, values in `0..16`), as
+/// f32 (exact). Every step is defined on i32: the word is a splat of its
+/// signed value, and no convert narrows a value that does not fit.
 fn lookup<'t>(table: &NibbleTable, code: &Tensor<'t>) -> Result<Tensor<'t>> {
-    let code = code.convert(DType::I64)?;
-    // A splat holds an f64: each 64-bit word is built from its 32-bit
-    // halves, which it holds exactly (iree-compile folds the rest).
-    let word = |w: i64| -> Result<Tensor<'t>> {
-        let half = |h: u64| splat(&code, h as f64);
-        shl(&half(w as u64 >> 32)?, 32)?.or(&half(w as u64 & 0xFFFF_FFFF)?)
+    let code = code.convert(DType::I32)?;
+    let word = |k: usize| splat(&code, table.words[k].into());
+    let bit = |mask: u8| -> Result<Tensor<'t>> {
+        and(&code, mask)?.compare(crate::graph::ComparisonDirection::Ne, &splat(&code, 0.0)?)
     };
-    let upper = and(&code, 8)?.compare(crate::graph::ComparisonDirection::Ne, &splat(&code, 0.0)?)?;
-    let w = upper.select(&word(table.hi)?, &word(table.lo)?)?;
-    let up = splat(&code, 56.0)?.subtract(&shl(&and(&code, 7)?, 3)?)?;
-    f32(&w.shift_left(&up)?.shift_right_arithmetic(&splat(&code, 56.0)?)?)
+    let (bit2, bit3) = (bit(4)?, bit(8)?);
+    let low = bit2.select(&word(1)?, &word(0)?)?;
+    let high = bit2.select(&word(3)?, &word(2)?)?;
+    let w = bit3.select(&high, &low)?;
+    let top = w.shift_left(&shl(&and(&code, 3)?, 3)?)?;
+    f32(&top.shift_right_arithmetic(&splat(&code, 24.0)?)?)
 }
 
 /// `block_q8_0 { d; qs[32] (int8) }`: `qs * d`.
@@ -756,7 +754,8 @@ mod tests {
         let levels = quant::dequantize_to_vec(GgmlType::IQ4_NL, &block).unwrap();
         let packed: Vec<f32> = (0..16).map(|i| f32::from(KVALUES_IQ4NL.level(i))).collect();
         assert_eq!(packed, levels[..16]);
-        assert_eq!(KVALUES_IQ4NL.lo as u64, 0xF6EA_DDCF_BFAD_9881);
+        // Levels 0..4 (-127, -104, -83, -65), the first in the top byte.
+        assert_eq!(KVALUES_IQ4NL.words[0] as u32, 0x8198_ADBF);
     }
 
     #[test]
