@@ -13,8 +13,11 @@
 //! group's 16 contiguous bytes, each scalar field's byte, each f16 field of
 //! an i16 view), which IREE reads in place. The decoding is the CPU
 //! dequantizer's arithmetic (each product in it is exact in f32, so every
-//! K-quant weight is bit-exact with it); the 32-value types multiply their
-//! block's scale and min into the block's sums instead ([`Decoded`]).
+//! K-quant weight is bit-exact with it); the 32-value types and the IQ4
+//! types multiply their block's scale and min into the block's sums instead
+//! ([`Decoded`]). IQ4's levels come from a 16-entry table packed in four
+//! i32 constants ([`NibbleTable`]): three selects and two shifts per value,
+//! on registers.
 //! Several matrices of one type and shape that share `x` are one generic
 //! with a lane sum per matrix, and one reduce finishes them all: streaming
 //! them side by side is faster than one after the other.
@@ -31,6 +34,7 @@ use super::layout::lower_concatenate;
 use super::reduce::lower_reduce_all;
 use super::{Emitter, Function, FunctionKind, LowerError};
 use crate::graph::{DType, ReduceKind, TensorType};
+use crate::trace::dequant::{NibbleTable, KVALUES_IQ4NL};
 use crate::weights::ggml::GgmlType;
 use melior::dialect::func;
 use melior::ir::attribute::IntegerAttribute;
@@ -530,6 +534,25 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
         }
     }
 
+    /// `table`'s level at `code` (an i32 in `0..16`), sign-extended to
+    /// i32: the word that bits 3 and 2 of `code` select, shifted left by `8
+    /// * (code & 3)` and arithmetically right by 24 ([`NibbleTable`]).
+    fn lookup(&self, table: &NibbleTable, code: Value<'c, 'b>) -> Value<'c, 'b> {
+        let word = |k: usize| self.int_const(code, table.words[k].into());
+        let bit = |mask: i64| {
+            // arith.cmpi's predicate 1 is `ne`.
+            let predicate = IntegerAttribute::new(self.int(64), 1).into();
+            let zero = self.int_const(code, 0);
+            self.op_with("arith.cmpi", &[self.and(code, mask), zero], Some(("predicate", predicate)), self.int(1))
+        };
+        let (bit2, bit3) = (bit(4), bit(8));
+        let select = |pred, on_true, on_false| self.op("arith.select", &[pred, on_true, on_false], code.r#type());
+        let low = select(bit2, word(1), word(0));
+        let high = select(bit2, word(3), word(2));
+        let top = self.binary("arith.shli", select(bit3, high, low), self.shl(self.and(code, 3), 3));
+        self.binary("arith.shrsi", top, self.int_const(top, 24))
+    }
+
     fn mul(&self, a: Value<'c, 'b>, b: Value<'c, 'b>) -> Value<'c, 'b> {
         self.binary("arith.mulf", a, b)
     }
@@ -546,10 +569,13 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
 /// One lane of one block: `(value, x group)` pairs, the value at `LANES *
 /// group + lane` of the block decoded as ggml's CPU dequantizer does
 /// (`weights::quant`), and the block's scale and min where one pair covers
-/// all of its 32 values. Then the values are the quants and the block adds
-/// `scale · Σ q·x + min · Σ x`, as ggml's dot kernels factor it: the same
-/// sum as the dequantized weights' `Σ (scale · q + min) · x`, with one
-/// multiply per block instead of one per value, rounded differently.
+/// all of its values (the 32-value types, and IQ4_XS's `d`, its sub-block
+/// scales being integers multiplied into the levels exactly). Then the
+/// values are integers `q` and the block adds `scale · Σ q·x + min · Σ x`,
+/// as ggml's dot kernels factor it: the same sum as the dequantized
+/// weights' `Σ (scale · q + min) · x` (for IQ4_XS, `scale · q` is the CPU's
+/// `(d · (ls - 32)) · level`, both products exact), with one multiply per
+/// block instead of one per value, rounded differently.
 struct Decoded<'c, 'b> {
     terms: Vec<(Value<'c, 'b>, usize)>,
     scale: Option<Value<'c, 'b>>,
@@ -707,6 +733,37 @@ fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Decode
                         let sc = b.sfloat(sc);
                         terms.push((b.mul(b.mul(d, sc), b.sfloat(q)), 8 * n + 2 * k + s));
                     }
+                }
+            }
+        }
+        // block_iq4_nl { d; qs[16] }: d * kvalues_iq4nl[nibble], low
+        // nibbles first.
+        T::IQ4_NL => {
+            scale = Some(b.f16(0)?);
+            let qs = b.lanes(2)?;
+            let qs = b.zext(qs, 32);
+            for g in 0..2 {
+                terms.push((b.sfloat(b.lookup(&KVALUES_IQ4NL, b.nibble(qs, 4 * g as i64))), g));
+            }
+        }
+        // block_iq4_xs { d; scales_h; scales_l[4]; qs[128] }: value 32j +
+        // 16h + l is d * (ls - 32) * kvalues_iq4nl[nibble(qs[16j + l], 4h)],
+        // ls the 6-bit scale of sub-block j: nibble j % 2 of scales_l[j / 2]
+        // under bits 2j.. of the little-endian scales_h. The block's sum is
+        // of the exact integers (ls - 32) * level, times d.
+        T::IQ4_XS => {
+            scale = Some(b.f16(0)?);
+            for j in 0..8 {
+                let low = b.byte(4 + j / 2)?;
+                let low = b.nibble(low, 4 * (j % 2) as i64);
+                let high = b.byte(2 + j / 4)?;
+                let high = b.and(b.shr(high, 2 * (j % 4) as i64), 3);
+                let ls = b.sfloat(b.sub_int(b.binary("arith.ori", low, b.shl(high, 4)), 32));
+                let qs = b.lanes(8 + 16 * j)?;
+                let qs = b.zext(qs, 32);
+                for h in 0..2 {
+                    let level = b.sfloat(b.lookup(&KVALUES_IQ4NL, b.nibble(qs, 4 * h as i64)));
+                    terms.push((b.mul(ls, level), 2 * j + h));
                 }
             }
         }
