@@ -101,6 +101,9 @@ fn check_export(
     // Only the declared inputs: tokens, position and the two caches.
     assert_eq!(manifest.functions[0].inputs, ["tensor<1x?xi32>"]);
     assert_eq!(manifest.functions[1].inputs.len(), 4);
+    // decode's caches are its new caches' storage; the other functions have none.
+    let in_place: Vec<&[[usize; 2]]> = manifest.functions.iter().map(|f| f.in_place.as_slice()).collect();
+    assert_eq!(in_place, [&[][..], &[[2, 1], [3, 2]], &[]]);
     assert_no_unused_params(dir);
 
     let tokenizer = Source::open(model).unwrap().tokenizer().unwrap();

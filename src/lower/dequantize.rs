@@ -28,7 +28,7 @@ pub(super) fn lower_dequantize<'c, 'a>(
             .and_then(|raw| dequant::decompose(&raw, ggml, &ty.shape))
             .and_then(|y| t.finish(&[&y]))
             .map_err(|err| e.error(format!("cannot build @{callee}: {err}")))?;
-        e.session.lower_function(e.scope, &body, FunctionKind::Private)?;
+        e.session.lower_function(e.scope, &body, FunctionKind::Private, &[])?;
     }
     Ok(e.call(&callee, &[raw], &[e.tensor_type(ty)])[0])
 }

@@ -45,6 +45,12 @@ impl<'g> GreedyLoop<'g> {
     pub fn graphs(&self) -> [&'g Graph; 3] {
         [self.prefill, self.decode, self.pick]
     }
+
+    /// `decode`'s caches, `[input, output]`: cache `i` is input `2 + i` and
+    /// output `1 + i`.
+    pub fn decode_in_place(&self) -> Vec<[usize; 2]> {
+        (2..self.decode.inputs().len()).map(|input| [input, input - 1]).collect()
+    }
 }
 
 /// Appends `func @generate` to `module`, which holds the loop's functions.

@@ -103,7 +103,7 @@ pub(super) fn lower_packed_matvec<'c, 'a>(
             let rows = emit_body(&inner, ggml, (0..n).map(arg).collect(), raw_ty, arg(n))?;
             block.append_operation(func::r#return(&rows, loc));
         }
-        e.session.append_function(e.scope, &callee, &arg_types, &row_types, block, FunctionKind::Private);
+        e.session.append_function(e.scope, &callee, &arg_types, &row_types, block, FunctionKind::Private, &[]);
     }
     let operands: Vec<Value> = matrices.iter().copied().chain([x]).collect();
     let rows = e.call(&callee, &operands, &row_types);
