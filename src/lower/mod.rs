@@ -322,17 +322,18 @@ impl Session {
                 .collect::<Result<Vec<_>, _>>()?;
             block.append_operation(func::r#return(&outputs, Location::name(ctx, "return", Location::unknown(ctx))));
         }
-        self.append_function(scope, &graph.name, &arg_types, &result_types, block, kind, in_place);
+        let function_type = FunctionType::new(ctx, &arg_types, &result_types);
+        self.append_function(scope, &graph.name, function_type, block, kind, in_place);
         Ok(())
     }
 
-    /// Appends `func.func @name` to the module, its body the one `block`.
+    /// Appends `func.func @name` of `function_type` to the module, its body
+    /// the one `block`.
     fn append_function(
         &self,
         scope: &Scope<'_, '_>,
         name: &str,
-        arg_types: &[Type],
-        result_types: &[Type],
+        function_type: FunctionType,
         block: Block,
         kind: FunctionKind,
         in_place: &[[usize; 2]],
@@ -340,7 +341,6 @@ impl Session {
         let ctx = &self.context;
         let region = Region::new();
         region.append_block(block);
-        let function_type = FunctionType::new(ctx, arg_types, result_types);
         let loc = Location::name(ctx, name, Location::unknown(ctx));
         let private = (Identifier::new(ctx, "sym_visibility"), StringAttribute::new(ctx, "private").into());
         let mut attributes = match kind {
@@ -349,7 +349,7 @@ impl Session {
         };
         if !in_place.is_empty() {
             let index = Type::index(ctx);
-            let arg_attrs: Vec<Attribute> = (0..arg_types.len())
+            let arg_attrs: Vec<Attribute> = (0..function_type.input_count())
                 .map(|input| {
                     let storage = in_place.iter().find(|[i, _]| *i == input).map(|&[_, output]| {
                         let output = IntegerAttribute::new(index, output as i64).into();

@@ -39,7 +39,7 @@ use crate::weights::ggml::GgmlType;
 use melior::dialect::func;
 use melior::ir::attribute::IntegerAttribute;
 use melior::ir::operation::OperationBuilder;
-use melior::ir::r#type::IntegerType;
+use melior::ir::r#type::{FunctionType, IntegerType};
 use melior::ir::{Attribute, Block, BlockLike, Identifier, Location, Region, RegionLike, Type, Value, ValueLike};
 use melior::Context;
 use std::cell::OnceCell;
@@ -103,7 +103,8 @@ pub(super) fn lower_packed_matvec<'c, 'a>(
             let rows = emit_body(&inner, ggml, (0..n).map(arg).collect(), raw_ty, arg(n))?;
             block.append_operation(func::r#return(&rows, loc));
         }
-        e.session.append_function(e.scope, &callee, &arg_types, &row_types, block, FunctionKind::Private, &[]);
+        let function_type = FunctionType::new(e.ctx(), &arg_types, &row_types);
+        e.session.append_function(e.scope, &callee, function_type, block, FunctionKind::Private, &[]);
     }
     let operands: Vec<Value> = matrices.iter().copied().chain([x]).collect();
     let rows = e.call(&callee, &operands, &row_types);
