@@ -273,7 +273,7 @@ fn bit_planes<'t>(b: &Blocks<'t>, bytes: &Tensor<'t>) -> Result<Tensor<'t>> {
 /// 24 sign-extends it. Element-wise on 32-bit lanes, so it vectorizes and
 /// fuses; in packed_matvec on AVX-512 this took a 2048 x 2048 IQ4_NL
 /// product to 1.1 ms against 1.95 for two 64-bit words (twice the
-/// registers) and 3.8 for a gather from a constant table. [`lookup`] is
+/// registers) and 3.8 for a gather from a constant table. `lookup` is
 /// the StableHLO form; packed_matvec's lowering has the scalar one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NibbleTable {
