@@ -13,11 +13,13 @@
 //! group's 16 contiguous bytes, each scalar field's byte, each f16 field of
 //! an i16 view), which IREE reads in place. The decoding is the CPU
 //! dequantizer's arithmetic (each product in it is exact in f32, so every
-//! K-quant weight is bit-exact with it); the 32-value types and the IQ4
-//! types multiply their block's scale and min into the block's sums instead
-//! ([`Decoded`]). IQ4's levels come from a 16-entry table packed in four
-//! i32 constants ([`NibbleTable`]): three selects and two shifts per value,
-//! on registers.
+//! K-quant weight is bit-exact with it); the 32-value types, the IQ4 types
+//! and MXFP4 multiply their block's scale and min into the block's sums
+//! instead ([`Decoded`]). The levels of IQ4 and MXFP4 come from a 16-entry
+//! table packed in four i32 constants ([`NibbleTable`]): three selects and
+//! two shifts per value, on registers. MXFP4's scale is a power of two,
+//! built as f32 bits from its e8m0 byte; its subnormal scales are zeros
+//! ([`Body::e8m0_half`]).
 //! Several matrices of one type and shape that share `x` are one generic
 //! with a lane sum per matrix, and one reduce finishes them all: streaming
 //! them side by side is faster than one after the other.
@@ -34,7 +36,7 @@ use super::layout::lower_concatenate;
 use super::reduce::lower_reduce_all;
 use super::{Emitter, Function, FunctionKind, LowerError};
 use crate::graph::{DType, ReduceKind, TensorType};
-use crate::trace::dequant::{NibbleTable, KVALUES_IQ4NL};
+use crate::trace::dequant::{NibbleTable, KVALUES_IQ4NL, KVALUES_MXFP4};
 use crate::weights::ggml::GgmlType;
 use melior::dialect::func;
 use melior::ir::attribute::IntegerAttribute;
@@ -251,7 +253,7 @@ struct Operands<'e, 'c, 'a> {
     /// Each matrix's blocks as i8 `[rows, blocks, type_size]`.
     matrices: Vec<Value<'c, 'a>>,
     /// Each matrix viewed as i16 `[rows, blocks, type_size / 2]`, made at
-    /// first use.
+    /// first use (blocks of an even size only).
     halves: Vec<OnceCell<Value<'c, 'a>>>,
     x: Value<'c, 'a>,
     blocks: usize,
@@ -312,6 +314,9 @@ impl<'c, 'a> Operands<'_, 'c, 'a> {
             return Ok(v);
         }
         let e = self.e;
+        if !self.size.is_multiple_of(2) {
+            return Err(e.error(format!("packed_matvec: {}-byte blocks have no i16 view", self.size)));
+        }
         let ty = TensorType::new([self.rows, self.blocks, self.size / 2], DType::I16);
         let op = OperationBuilder::new("flow.tensor.bitcast", e.loc())
             .add_operands(&[self.matrices[matrix]])
@@ -501,6 +506,21 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
         Ok(self.cast("arith.extf", half, self.f32()))
     }
 
+    /// The e8m0 byte at `offset` as ggml's `ggml_e8m0_to_fp32_half` reads
+    /// it, `2^(e - 128)` from its bits `(e - 1) << 23`, except that the
+    /// subnormal scales (`e < 2`) are zeros: `(max(e, 1) - 1) << 23`. IREE's
+    /// runtime reads a subnormal operand as zero anyway (`trace::dequant`'s
+    /// module doc). Two normal factors, as `dequantize` builds, would keep
+    /// those blocks' values (all below `12 * 2^-127`) but made a 2048 x 2048
+    /// product about 12% slower (1.20-1.28 ms against 1.06-1.13, one
+    /// thread): a second multiply per block and lane.
+    fn e8m0_half(&mut self, offset: usize) -> Result<Value<'c, 'b>, LowerError> {
+        let byte = self.byte(offset)?;
+        let e = self.zext(byte, 32);
+        let exponent = self.sub_int(self.binary("arith.maxui", e, self.int_const(e, 1)), 1);
+        Ok(self.cast("arith.bitcast", self.shl(exponent, 23), self.f32()))
+    }
+
     /// The little-endian u32 at `offset`.
     fn u32(&mut self, offset: usize) -> Result<Value<'c, 'b>, LowerError> {
         let mut word = None;
@@ -570,13 +590,17 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
 /// One lane of one block: `(value, x group)` pairs, the value at `LANES *
 /// group + lane` of the block decoded as ggml's CPU dequantizer does
 /// (`weights::quant`), and the block's scale and min where one pair covers
-/// all of its values (the 32-value types, and IQ4_XS's `d`, its sub-block
-/// scales being integers multiplied into the levels exactly). Then the
-/// values are integers `q` and the block adds `scale · Σ q·x + min · Σ x`,
-/// as ggml's dot kernels factor it: the same sum as the dequantized
+/// all of its values (the 32-value types, MXFP4, and IQ4_XS's `d`, its
+/// sub-block scales being integers multiplied into the levels exactly).
+/// Then the values are integers `q` and the block adds `scale · Σ q·x + min
+/// · Σ x`, as ggml's dot kernels factor it: the same sum as the dequantized
 /// weights' `Σ (scale · q + min) · x` (for IQ4_XS, `scale · q` is the CPU's
 /// `(d · (ls - 32)) · level`, both products exact), with one multiply per
-/// block instead of one per value, rounded differently.
+/// block instead of one per value, rounded differently. MXFP4's scale is a
+/// power of two, which commutes with rounding: `scale · Σ q·x` has the bits
+/// of `Σ (scale · q)·x` summed in the same order, unless the product
+/// overflows or is subnormal (IREE's runtime writes a subnormal as zero;
+/// the subnormal scales themselves are zeros here, [`Body::e8m0_half`]).
 struct Decoded<'c, 'b> {
     terms: Vec<(Value<'c, 'b>, usize)>,
     scale: Option<Value<'c, 'b>>,
@@ -766,6 +790,17 @@ fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Decode
                     let level = b.sfloat(b.lookup(&KVALUES_IQ4NL, b.nibble(qs, 4 * h as i64)));
                     terms.push((b.mul(ls, level), 2 * j + h));
                 }
+            }
+        }
+        // block_mxfp4 { e; qs[16] }: e8m0_half(e) * kvalues_mxfp4[nibble],
+        // low nibbles first. The block is 17 bytes, so qs sits at odd offsets
+        // (1 + 17b), which the lane slice reads where they are.
+        T::MXFP4 => {
+            scale = Some(b.e8m0_half(0)?);
+            let qs = b.lanes(1)?;
+            let qs = b.zext(qs, 32);
+            for g in 0..2 {
+                terms.push((b.sfloat(b.lookup(&KVALUES_MXFP4, b.nibble(qs, 4 * g as i64))), g));
             }
         }
         other => return Err(b.operands.e.error(format!("packed_matvec: no block decoder for {other}"))),

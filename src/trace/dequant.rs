@@ -14,15 +14,28 @@
 //! are bitcast from `[n, 2]` bytes and converted to f32 (exact), and the
 //! quants are unpacked with `and`/shifts on `ui8`.
 //!
-//! IQ4_NL and IQ4_XS index a 16-entry table of int8 levels with each
-//! nibble ([`NibbleTable`], looked up with selects and shifts, no memory).
+//! IQ4_NL, IQ4_XS and MXFP4 index a 16-entry table of int8 levels with
+//! each nibble ([`NibbleTable`], looked up with selects and shifts, no
+//! memory). MXFP4's e8m0 scale is built as f32 bits with integer ops and
+//! bitcast, as the CPU's `e8m0_to_f32_half` does, but never subnormal
+//! (`Blocks::e8m0_half`).
 //!
 //! Rounding: every product here is exact in f32 (an f16 has 11 significant
 //! bits; times a scale of at most 7 bits and a quant of at most 6, or an
 //! IQ4 scale of at most 6 bits and a level of at most 7, never more than
-//! 24), so the only rounding step is the final `+ m` / `- ml` of Q4_1,
-//! Q5_1, Q2_K, Q4_K and Q5_K. A compiler that contracts `a * b - c` into an
-//! FMA or reassociates the products therefore gets the same bits.
+//! 24; MXFP4's factors are powers of two and its levels have at most two
+//! significant bits, so even its smallest products, down to `2^-128`, are
+//! subnormals that f32 holds exactly, and `e <= 252` keeps them finite), so
+//! the only rounding step is the final `+ m` / `- ml` of Q4_1, Q5_1, Q2_K,
+//! Q4_K and Q5_K. A compiler that contracts `a * b - c` into an FMA or
+//! reassociates the products therefore gets the same bits.
+//!
+//! Subnormals: IREE's CPU runtime flushes them (its task workers set FTZ and
+//! DAZ, `iree/task/worker.c`): an f32 op reads a subnormal operand as zero
+//! and writes a subnormal result as zero of its sign. No operand here is
+//! subnormal, so in IREE every value that is a normal f32 keeps the CPU's
+//! bits and only MXFP4's values below `2^-126` (in blocks with `e < 2`)
+//! become zeros.
 
 use super::{Tensor, TraceError};
 use crate::graph::{DType, Op, TensorType};
@@ -69,6 +82,7 @@ pub fn block_dims(ty: GgmlType) -> &'static [usize] {
         T::Q6_K => &[2, 2, 2, 2, 16],
         T::IQ4_NL => &[2, 16],
         T::IQ4_XS => &[8, 2, 16],
+        T::MXFP4 => &[2, 16],
         _ => &[],
     }
 }
@@ -91,6 +105,7 @@ pub fn decompose<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result<
         T::Q6_K => q6_k(&blocks)?,
         T::IQ4_NL => iq4_nl(&blocks)?,
         T::IQ4_XS => iq4_xs(&blocks)?,
+        T::MXFP4 => mxfp4(&blocks)?,
         _ => return Err(TraceError::Op { op: "dequantize", message: format!("ggml type {ty} has no decomposition") }),
     };
     y.reshape(shape)
@@ -170,6 +185,23 @@ impl<'t> Blocks<'t> {
         let byte = |k: usize| self.cols(&bytes, k, k + 1)?.reshape(&self.lead)?.convert(DType::UI16);
         let bits = byte(0)?.or(&shl(&byte(1)?, 8)?)?;
         bits.bitcast_convert(DType::F16)?.convert(DType::F32)
+    }
+
+    /// An e8m0 byte as ggml's `ggml_e8m0_to_fp32_half` reads it, `2^(e -
+    /// 128)`, as two f32 factors `[n]`, `(scale, first)`, neither subnormal
+    /// (IREE reads a subnormal as zero). `scale` is built from its bits as
+    /// the CPU builds it, `(e - 1) << 23`, but from `max(e, 2)`; `first` is
+    /// `2^(min(e, 2) - 2)` (1/4 and 1/2 for the subnormal scales `e < 2`,
+    /// else 1), to multiply the levels by first. Each product of a power of
+    /// two and a level is exact, so `scale * (first * level)` has the bits
+    /// of the CPU's `2^(e - 128) * level`.
+    fn e8m0_half(&self) -> Result<(Tensor<'t>, Tensor<'t>)> {
+        let e = self.take(1)?.reshape(&self.lead)?.convert(DType::I32)?;
+        let two = splat(&e, 2.0)?;
+        let from_bits = |exponent: Tensor<'t>| shl(&exponent, 23)?.bitcast_convert(DType::F32);
+        let scale = from_bits(e.maximum(&two)?.subtract(&splat(&e, 1.0)?)?)?;
+        let first = from_bits(e.minimum(&two)?.add(&splat(&e, 125.0)?)?)?;
+        Ok((scale, first))
     }
 }
 
@@ -266,11 +298,11 @@ fn bit_planes<'t>(b: &Blocks<'t>, bytes: &Tensor<'t>) -> Result<Tensor<'t>> {
 }
 
 /// A table of 16 int8 levels indexed by a 4-bit code (IQ4's
-/// `kvalues_iq4nl`), packed for a lookup that needs no memory: four 32-bit
-/// words, level `4k + j` the big-endian byte `j` of word `k`. Bits 3 and 2
-/// of the code pick the word (three selects), a left shift by `8 * (code &
-/// 3)` brings the level to the top byte, and an arithmetic right shift by
-/// 24 sign-extends it. Element-wise on 32-bit lanes, so it vectorizes and
+/// `kvalues_iq4nl`, MXFP4's `kvalues_mxfp4`), packed for a lookup that
+/// needs no memory: four 32-bit words, level `4k + j` the big-endian byte
+/// `j` of word `k`. Bits 3 and 2 of the code pick the word (three selects),
+/// a left shift by `8 * (code & 3)` brings the level to the top byte, and
+/// an arithmetic right shift by 24 sign-extends it. Element-wise on 32-bit lanes, so it vectorizes and
 /// fuses; in packed_matvec on AVX-512 this took a 2048 x 2048 IQ4_NL
 /// product to 1.1 ms against 1.95 for two 64-bit words (twice the
 /// registers) and 3.8 for a gather from a constant table. `lookup` is
@@ -304,6 +336,11 @@ impl NibbleTable {
 /// agree.
 pub const KVALUES_IQ4NL: NibbleTable =
     NibbleTable::new([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]);
+
+/// `kvalues_mxfp4` from `ggml-common.h`: the e2m1 values doubled (so
+/// integers), the levels of MXFP4. Code 8 is e2m1's `-0`, read as 0. The
+/// CPU dequantizer keeps its own copy; the tests check that the two agree.
+pub const KVALUES_MXFP4: NibbleTable = NibbleTable::new([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]);
 
 /// `table`'s levels at `code` (an integer tensor, values in `0..16`), as
 /// f32 (exact). Every step is defined on i32: the word is a splat of its
@@ -506,6 +543,18 @@ fn iq4_xs<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
     per(&dl, &q)?.multiply(&q)
 }
 
+/// `block_mxfp4 { e; qs[16] }`: `e8m0_half(e) * kvalues_mxfp4[q]`, the
+/// nibbles in the legacy layout, the scale in two factors
+/// ([`Blocks::e8m0_half`]). The block is 17 bytes, so `qs` starts at an odd
+/// offset; the slices read it where it is.
+fn mxfp4<'t>(b: &Blocks<'t>) -> Result<Tensor<'t>> {
+    let (d, first) = b.e8m0_half()?;
+    let qs = b.take(16)?;
+    let q = lookup(&KVALUES_MXFP4, &nibbles(b, &qs)?)?;
+    let q = per(&first, &q)?.multiply(&q)?;
+    per(&d, &q)?.multiply(&q)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,9 +571,23 @@ mod tests {
     const BLOCKS: usize = 8;
 
     /// Every type [`supported`] admits, in the order the test graph holds them.
-    const TYPES: [GgmlType; 12] = {
+    const TYPES: [GgmlType; 13] = {
         use GgmlType as T;
-        [T::Q8_0, T::Q4_0, T::Q4_1, T::Q5_0, T::Q4_K, T::Q6_K, T::Q5_1, T::Q2_K, T::Q3_K, T::Q5_K, T::IQ4_NL, T::IQ4_XS]
+        [
+            T::Q8_0,
+            T::Q4_0,
+            T::Q4_1,
+            T::Q5_0,
+            T::Q4_K,
+            T::Q6_K,
+            T::Q5_1,
+            T::Q2_K,
+            T::Q3_K,
+            T::Q5_K,
+            T::IQ4_NL,
+            T::IQ4_XS,
+            T::MXFP4,
+        ]
     };
 
     /// Byte offsets of the f16 fields in each block, as gguf_reference.py has them.
@@ -536,6 +599,8 @@ mod tests {
             T::Q2_K => &[80, 82],
             T::Q3_K => &[108],
             T::Q6_K => &[208],
+            // MXFP4's scale is an e8m0 byte (see `random_blocks_n`).
+            T::MXFP4 => &[],
             _ => unreachable!("{ty}"),
         }
     }
@@ -550,7 +615,9 @@ mod tests {
 
     /// Random blocks whose f16 fields are finite, subnormals included
     /// (exponent field 0..=20, random sign and mantissa), as in
-    /// `test/quant/gguf_reference.py`.
+    /// `test/quant/gguf_reference.py`. MXFP4's e8m0 `e` is at most 252
+    /// (its scale `2^(e - 128)` times 12 stays finite); the first three
+    /// blocks take 0 and 1 (the subnormal scales) and 252.
     fn random_blocks(ty: GgmlType, seed: u64) -> Vec<u8> {
         random_blocks_n(ty, seed, BLOCKS)
     }
@@ -563,6 +630,11 @@ mod tests {
                 let r = splitmix64(&mut state);
                 let (sign, exp, man) = ((r & 1) as u16, ((r >> 1) % 21) as u16, ((r >> 8) & 0x3FF) as u16);
                 block[off..off + 2].copy_from_slice(&((sign << 15) | (exp << 10) | man).to_le_bytes());
+            }
+        }
+        if ty == GgmlType::MXFP4 {
+            for (k, block) in bytes.chunks_exact_mut(ty.type_size()).enumerate() {
+                block[0] = [0, 1, 252].get(k).copied().unwrap_or((splitmix64(&mut state) % 253) as u8);
             }
         }
         bytes
@@ -614,7 +686,9 @@ mod tests {
 
     /// The composite op through IREE (its lowering calls the decomposition)
     /// and the interpreter (the CPU dequantizer), and the decomposition
-    /// itself through the interpreter.
+    /// itself through the interpreter. IREE's runtime writes subnormal
+    /// results as zeros (the module doc), so its values are compared with
+    /// the CPU's flushed so: MXFP4's blocks with `e < 2` hold both kinds.
     #[test]
     fn iree_and_interpreter_match_the_cpu_dequantizers_bit_for_bit() {
         assert!(TYPES.iter().all(|&t| supported(t)));
@@ -637,6 +711,15 @@ mod tests {
 
         let expected: Vec<Vec<f32>> =
             TYPES.iter().zip(&raw).map(|(&ty, b)| quant::dequantize_to_vec(ty, b).unwrap()).collect();
+        let flushed: Vec<Vec<f32>> = expected
+            .iter()
+            .map(|v| v.iter().map(|&w| if w.is_subnormal() { 0f32.copysign(w) } else { w }).collect())
+            .collect();
+        // MXFP4's first block (e = 0, scale 2^-128) has normal values and
+        // subnormal ones; the other types have no subnormal value.
+        let mxfp4 = &expected[TYPES.iter().position(|&t| t == GgmlType::MXFP4).expect("in TYPES")][..32];
+        assert!(mxfp4.iter().any(|w| w.is_normal()) && mxfp4.iter().any(|w| w.is_subnormal()), "{mxfp4:?}");
+        assert_eq!(flushed.iter().zip(&expected).filter(|(f, e)| f != e).count(), 1);
 
         let params = SafeTensors::open(&params_path).unwrap();
         let interp_out = interp::run(&graph, &[], &params).unwrap();
@@ -659,7 +742,7 @@ mod tests {
             if let Some(m) = first_mismatch(&decomposed_out[i], want) {
                 failures.push(format!("{ty}{form} decomposition, interpreter: {m}"));
             }
-            if let Some(m) = first_mismatch(&npy::read(&out_paths[i]).unwrap(), want) {
+            if let Some(m) = first_mismatch(&npy::read(&out_paths[i]).unwrap(), &flushed[i % TYPES.len()]) {
                 failures.push(format!("{ty}{form} IREE: {m}"));
             }
         }
@@ -669,8 +752,9 @@ mod tests {
     /// `packed_matvec` of every type it takes, through IREE (the blocks
     /// decoded in a `linalg.generic`'s body) and the interpreter, against
     /// the CPU dequantizer and an f64 dot: every bit of every field is
-    /// random, so a misread bit or field shows. Every other type streams two
-    /// matrices in one product.
+    /// random, so a misread bit or field shows (MXFP4's scales within
+    /// [`mxfp4_rows`]' bounds). Every other type streams two matrices in one
+    /// product.
     #[test]
     fn packed_matvec_matches_the_cpu_dequantizer_and_dot() {
         const ROWS: usize = 21; // not a whole number of the lowering's 16-row tiles
@@ -682,7 +766,10 @@ mod tests {
             let dtype = if ty == GgmlType::Q4_1 { DType::UI8 } else { DType::I8 };
             let mut matrices = Vec::new();
             for m in 0..1 + i % 2 {
-                let raw = random_blocks_n(ty, 0x3a7 + (16 * m + i) as u64, ROWS * blocks);
+                let mut raw = random_blocks_n(ty, 0x3a7 + (16 * m + i) as u64, ROWS * blocks);
+                if ty == GgmlType::MXFP4 {
+                    mxfp4_rows(&mut raw, blocks);
+                }
                 let p = t.param(&format!("w{i}_{m}"), TensorType::new([raw.len()], dtype)).unwrap();
                 matrices.push(p.reshape(&[ROWS, blocks, ty.type_size()]).unwrap());
                 raws.push((format!("w{i}_{m}"), dtype, raw));
@@ -690,7 +777,8 @@ mod tests {
             let x = t.input(&format!("x{i}"), TensorType::new([1, 512], DType::F32)).unwrap();
             outs.push(packed_matvec(&matrices.iter().collect::<Vec<_>>(), ty, &x).unwrap());
             let seed = 0x51 + i as u64;
-            xs.push(Value::random(&x.ty, seed, 0..1));
+            let x = Value::random(&x.ty, seed, 0..1);
+            xs.push(if ty == GgmlType::MXFP4 { mxfp4_x(x) } else { x });
         }
         let graph = t.finish(&outs.iter().collect::<Vec<_>>()).unwrap();
 
@@ -728,20 +816,78 @@ mod tests {
             let x = xs[i].to_f64_vec();
             let got_iree = npy::read(&out_paths[i]).unwrap().to_f64_vec();
             let got_interp = interp_out[i].to_f64_vec();
-            let w: Vec<f32> = (0..1 + i % 2)
-                .flat_map(|_| quant::dequantize_to_vec(ty, &matrices.next().expect("one per matrix").2).unwrap())
-                .collect();
-            for (r, row) in w.chunks(512).enumerate() {
-                let want: f64 = row.iter().zip(&x).map(|(&w, x)| w as f64 * x).sum();
-                let scale: f64 = row.iter().zip(&x).map(|(&w, x)| (w as f64 * x).abs()).sum();
-                for (who, got, tol) in [("IREE", got_iree[r], 1e-5), ("interpreter", got_interp[r], 1e-7)] {
-                    if (got - want).abs() > tol * scale.max(1e-30) {
+            let raw: Vec<&[u8]> =
+                (0..1 + i % 2).map(|_| matrices.next().expect("one per matrix").2.as_slice()).collect();
+            let w: Vec<f32> = raw.iter().flat_map(|raw| quant::dequantize_to_vec(ty, raw).unwrap()).collect();
+            // packed_matvec makes MXFP4's subnormal scales (e < 2) zeros, as
+            // IREE's runtime would read them.
+            let w_iree: Vec<f32> = match ty {
+                GgmlType::MXFP4 => {
+                    let blocks = raw.iter().flat_map(|raw| raw.chunks_exact(ty.type_size()));
+                    let tiny = |block: &[u8]| block[0] < 2;
+                    let w_iree: Vec<f32> = blocks
+                        .zip(w.chunks_exact(ty.block_size()))
+                        .flat_map(|(block, values)| values.iter().map(move |&v| if tiny(block) { 0.0 } else { v }))
+                        .collect();
+                    assert_ne!(w_iree, w, "some block has e < 2");
+                    w_iree
+                }
+                _ => w.clone(),
+            };
+            for (r, (row, row_iree)) in w.chunks(512).zip(w_iree.chunks(512)).enumerate() {
+                let dot = |row: &[f32]| -> (f64, f64) {
+                    let terms = row.iter().zip(&x).map(|(&w, x)| w as f64 * x);
+                    (terms.clone().sum(), terms.map(f64::abs).sum())
+                };
+                let ((want, scale), (want_iree, scale_iree)) = (dot(row), dot(row_iree));
+                let checks = [
+                    ("IREE", got_iree[r], want_iree, scale_iree, 1e-5),
+                    ("interpreter", got_interp[r], want, scale, 1e-7),
+                ];
+                for (who, got, want, scale, tol) in checks {
+                    if (got - want).abs() > tol * scale.max(f64::MIN_POSITIVE) {
                         failures.push(format!("{ty} row {r} {who}: {got} vs {want} (scale {scale})"));
                     }
                 }
             }
         }
         assert!(failures.is_empty(), "{failures:#?}");
+    }
+
+    /// MXFP4 rows of `blocks` blocks whose sums stay finite and whose blocks
+    /// weigh alike, so that a misdecoded block shows in its row's sum: row
+    /// `r`'s exponents span four binades from a base that cycles through
+    /// e8m0's range, the subnormal scales (`e < 2`, which packed_matvec
+    /// makes zeros) among the smallest normal ones in the first. At most
+    /// `e = 215`: 512 values of at most `12 * 2^87` times `|x| < 2^24`
+    /// ([`mxfp4_x`]) sum to less than `2^124`.
+    fn mxfp4_rows(raw: &mut [u8], blocks: usize) {
+        const BASES: [u8; 6] = [0, 60, 120, 127, 200, 212];
+        for (k, block) in raw.chunks_exact_mut(GgmlType::MXFP4.type_size()).enumerate() {
+            block[0] = BASES[k / blocks % BASES.len()] + block[0] % 4;
+        }
+    }
+
+    /// `x` (24-bit steps in `[-1, 1)`) times `2^24`: integers, so that each
+    /// lane's sum `Σ level · x` over a block is 0 or at least 1, and a block
+    /// with the smallest normal scales (`e = 2, 3`) adds normal f32s that
+    /// IREE, which writes subnormals as zeros, keeps.
+    fn mxfp4_x(x: Value) -> Value {
+        let scaled = x.to_f64_vec().iter().map(|v| (v * 16_777_216.0) as f32).collect();
+        Value::new(x.ty, Buffer::F32(scaled)).expect("the same type and length")
+    }
+
+    /// The packed table is `kvalues_mxfp4` as the CPU dequantizer reads it:
+    /// an MXFP4 block with `e = 128` (scale 1) and low nibbles `0..16`
+    /// dequantizes to the levels in order.
+    #[test]
+    fn mxfp4_table_matches_the_cpu_dequantizer() {
+        let mut block = vec![128];
+        block.extend(0..16u8);
+        let levels = quant::dequantize_to_vec(GgmlType::MXFP4, &block).unwrap();
+        let packed: Vec<f32> = (0..16).map(|i| f32::from(KVALUES_MXFP4.level(i))).collect();
+        assert_eq!(packed, levels[..16]);
+        assert_eq!(packed[7], 12.0);
     }
 
     /// The packed table is `kvalues_iq4nl` as the CPU dequantizer reads it:

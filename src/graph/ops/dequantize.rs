@@ -14,9 +14,23 @@ use crate::weights::ggml::GgmlType;
 const OP: &str = "dequantize";
 
 /// The ggml types `dequantize` takes.
-pub const SUPPORTED: [GgmlType; 12] = {
+pub const SUPPORTED: [GgmlType; 13] = {
     use GgmlType as T;
-    [T::Q8_0, T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_NL, T::IQ4_XS]
+    [
+        T::Q8_0,
+        T::Q4_0,
+        T::Q4_1,
+        T::Q5_0,
+        T::Q5_1,
+        T::Q2_K,
+        T::Q3_K,
+        T::Q4_K,
+        T::Q5_K,
+        T::Q6_K,
+        T::IQ4_NL,
+        T::IQ4_XS,
+        T::MXFP4,
+    ]
 };
 
 /// Whether `dequantize` handles `ty`.
@@ -140,7 +154,7 @@ mod tests {
         assert!(err(GgmlType::Q4_0, "tensor<36xi8>", "tensor<2x31xf32>").contains("whole number of 32-value blocks"));
         let unsupported = err(GgmlType::Q8_1, "tensor<36xi8>", "tensor<32xf32>");
         assert!(unsupported.contains("ggml type Q8_1 is not supported in graphs (supported: Q8_0 "), "{unsupported}");
-        assert!(unsupported.ends_with(" IQ4_NL IQ4_XS)"), "{unsupported}");
+        assert!(unsupported.ends_with(" IQ4_NL IQ4_XS MXFP4)"), "{unsupported}");
         assert!(err(GgmlType::Q4_0, "tensor<36xf32>", "tensor<2x32xf32>").contains("1-D i8 or ui8"));
         assert!(err(GgmlType::Q4_0, "tensor<36xi8>", "tensor<2x32xf16>").contains("static f32"));
         assert!(!supported(GgmlType::F16) && !supported(GgmlType::Q8_K));
