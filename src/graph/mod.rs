@@ -90,8 +90,8 @@ pub enum GraphError {
         /// The conflicting type.
         second: TensorType,
     },
-    /// A node has a `?` dim but no input before it has one to give its size.
-    #[error("node %{node}: its type {ty} has a ? dim, but no function input before it has one to take the run-time size from")]
+    /// A node has a `?` dim but no value before it gives its size.
+    #[error("node %{node}: its type {ty} has a ? dim, but no function input before it has one (nor a real_dynamic_slice) to take the run-time size from")]
     UnboundDynamic {
         /// The node's name.
         node: String,
@@ -205,10 +205,12 @@ impl Graph {
         let types: Vec<&TensorType> = operands.iter().map(|v| &self.nodes[v.0].ty).collect();
         let ty =
             op.infer(&types, declared.as_ref()).map_err(|error| GraphError::Shape { node: name.clone(), error })?;
-        // A `?` is the size of a dynamic input's `?` dim (see `DYNAMIC`); an
-        // op can only introduce one (iota, constant...) once that size exists.
-        let bound = self.inputs.iter().any(|v| self.nodes[v.0].ty.is_dynamic());
-        if ty.is_dynamic() && !matches!(op, Op::Input) && !bound {
+        // A `?` is the size of a dynamic input's `?` dim (see `DYNAMIC`), or
+        // in a function without one, of a `real_dynamic_slice`'s `?` result
+        // dim (a decode step's filled cache length): sizes computed from
+        // values. Other ops (iota, constant...) only take that size once it
+        // exists.
+        if ty.is_dynamic() && !matches!(op, Op::Input | Op::RealDynamicSlice) && !self.has_dynamic_size() {
             return Err(GraphError::UnboundDynamic { node: name, ty });
         }
         if let Op::Param { name: pname } = &op {
@@ -236,6 +238,13 @@ impl Graph {
         self.by_name.insert(name.clone(), id);
         self.nodes.push(Node { name, op, operands, ty });
         Ok(id)
+    }
+
+    /// Whether a value defined so far gives `?` its run-time size: a
+    /// dynamic input or a dynamic `real_dynamic_slice`.
+    fn has_dynamic_size(&self) -> bool {
+        let binds = |n: &Node| matches!(n.op, Op::Input | Op::RealDynamicSlice) && n.ty.is_dynamic();
+        self.inputs.iter().any(|v| binds(&self.nodes[v.0])) || self.nodes.iter().any(binds)
     }
 
     /// Sets the returned values; there must be at least one.

@@ -357,6 +357,26 @@ func @main(%x: tensor<2x4xf32>, %ids: tensor<2xi32>) {
     }
 
     #[test]
+    fn a_real_dynamic_slice_gives_the_dynamic_size() {
+        let text = r#"func @f(%cache: tensor<8x4xf32>, %bounds: tensor<2xi32>) {
+  %ones = constant {value = 1.0} : tensor<2xi32>
+  %filled = real_dynamic_slice %cache, %bounds, %bounds, %ones : tensor<?x4xf32>
+  %i = iota {iota_dimension = 0} : tensor<?x4xf32>
+  %y = add %filled, %i : tensor<?x4xf32>
+  return %y
+}
+"#;
+        let g = parse(text).unwrap();
+        assert_eq!(print(&g), text);
+        // Before the slice, nothing gives `?` a size.
+        let early = text
+            .replace("  %i = iota {iota_dimension = 0} : tensor<?x4xf32>\n", "")
+            .replace("  %filled =", "  %i = iota {iota_dimension = 0} : tensor<?x4xf32>\n  %filled =");
+        let e = parse(&early).unwrap_err().to_string();
+        assert!(e.contains("node %i: its type tensor<?x4xf32> has a ? dim, but no function input"), "{e}");
+    }
+
+    #[test]
     fn errors_name_line_node_and_reason() {
         let cases = [
             ("func @f(%x: tensor<2xf32>) {\n  %y = add %x, %nope : tensor<2xf32>\n  return %y\n}", "%nope"),

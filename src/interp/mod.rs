@@ -364,7 +364,8 @@ pub fn run(graph: &Graph, inputs: &[Value], params: &dyn ParamSource) -> Result<
     if inputs.len() != graph.inputs().len() {
         return Err(InterpError::InputCount { expected: graph.inputs().len(), got: inputs.len() });
     }
-    // Every `?` in the graph is one run-time size, taken from the inputs.
+    // Every `?` in the graph is one run-time size, taken from the inputs
+    // (or, without a dynamic input, from a `real_dynamic_slice` below).
     let mut dynamic_size = None;
     for (index, (v, &id)) in inputs.iter().zip(graph.inputs()).enumerate() {
         let node = graph.node(id);
@@ -398,7 +399,13 @@ pub fn run(graph: &Graph, inputs: &[Value], params: &dyn ParamSource) -> Result<
     // Input nodes appear in the order of `graph.inputs()`.
     let mut next_input = inputs.iter();
     for (i, node) in nodes.iter().enumerate() {
-        values.push(Some(eval(node, &values, &mut next_input, params, dynamic_size)?));
+        let value = eval(node, &values, &mut next_input, params, dynamic_size)?;
+        // In a function without a dynamic input, the first `?` result of a
+        // `real_dynamic_slice` gives `?` its size.
+        if dynamic_size.is_none() && matches!(node.op, Op::RealDynamicSlice) {
+            dynamic_size = node.ty.shape.iter().position(|&d| d == DYNAMIC).map(|d| value.ty.shape[d]);
+        }
+        values.push(Some(value));
         for id in node.operands.iter().map(|o| o.0).chain([i]) {
             if last_use[id] == i {
                 values[id] = None;
@@ -461,6 +468,11 @@ fn eval(
         Op::DynamicUpdateSlice => {
             let start_indices: Vec<&Value> = (2..node.operands.len()).map(arg).collect();
             dynamic_slice::dynamic_update_slice(arg(0), arg(1), &start_indices)
+        }
+        // Its shape comes from its operands' values, not from the node.
+        Op::RealDynamicSlice => {
+            return dynamic_slice::real_dynamic_slice(arg(0), [arg(1), arg(2), arg(3)], &node.ty, dynamic_size)
+                .map_err(op_err)
         }
         Op::Pad { edge_padding_low, interior_padding, .. } => {
             layout::pad(arg(0), arg(1), edge_padding_low, interior_padding, ty)

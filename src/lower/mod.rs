@@ -578,17 +578,24 @@ impl<'c, 'a> Emitter<'c, 'a> {
     }
 
     fn dynamic_source(&self) -> Result<(Value<'c, 'a>, usize), LowerError> {
-        self.function
-            .dynamic_source
-            .ok_or_else(|| self.error("a ? dim needs a function input with a ? dim to take its size from"))
+        self.function.dynamic_source.ok_or_else(|| {
+            self.error("a ? dim needs a function input with a ? dim (or a real_dynamic_slice) to take its size from")
+        })
     }
 
-    /// The run-time size of `?` as an `index`.
-    pub fn dynamic_index(&self) -> Result<Value<'c, 'a>, LowerError> {
-        if let Some(&index) = self.function.dynamic_index.get() {
-            return Ok(index);
+    /// In a function without a dynamic input, reads the run-time size of
+    /// `?` from dim `dim` of `sliced`, the first `real_dynamic_slice` with a
+    /// `?` result (as the graph's shape rules have it).
+    fn bind_dynamic_size(&self, sliced: Value<'c, 'a>, dim: usize) -> Result<(), LowerError> {
+        if self.function.dynamic_source.is_none() && self.function.dynamic_index.get().is_none() {
+            let index = self.dim_index(sliced, dim)?;
+            self.function.dynamic_index.get_or_init(|| index);
         }
-        let (source, dim) = self.dynamic_source()?;
+        Ok(())
+    }
+
+    /// `tensor.dim(value, dim)`, an `index`.
+    fn dim_index(&self, value: Value<'c, 'a>, dim: usize) -> Result<Value<'c, 'a>, LowerError> {
         let ctx = self.ctx();
         let index_type = Type::index(ctx);
         let dim = self.emit(arith::constant(
@@ -597,7 +604,16 @@ impl<'c, 'a> Emitter<'c, 'a> {
             IntegerAttribute::new(index_type, dim as i64).into(),
             self.loc(),
         ))?;
-        let index = self.emit(tensor::dim(ctx, index_type, source, dim, self.loc()))?;
+        self.emit(tensor::dim(ctx, index_type, value, dim, self.loc()))
+    }
+
+    /// The run-time size of `?` as an `index`.
+    pub fn dynamic_index(&self) -> Result<Value<'c, 'a>, LowerError> {
+        if let Some(&index) = self.function.dynamic_index.get() {
+            return Ok(index);
+        }
+        let (source, dim) = self.dynamic_source()?;
+        let index = self.dim_index(source, dim)?;
         Ok(*self.function.dynamic_index.get_or_init(|| index))
     }
 
@@ -685,6 +701,13 @@ impl<'c, 'a> Emitter<'c, 'a> {
             }
             Op::DynamicUpdateSlice => {
                 dynamic_slice::lower_dynamic_update_slice(self, operands[0], operands[1], &operands[2..], result)
+            }
+            Op::RealDynamicSlice => {
+                let sliced = dynamic_slice::lower_real_dynamic_slice(self, operands, result)?;
+                if let Some(dim) = ty.shape.iter().position(|&d| d == DYNAMIC) {
+                    self.bind_dynamic_size(sliced, dim)?;
+                }
+                Ok(sliced)
             }
             Op::Pad { edge_padding_low, edge_padding_high, interior_padding } => {
                 let padding = [edge_padding_low.as_slice(), edge_padding_high, interior_padding];

@@ -8,7 +8,7 @@
 //! [`super::config::Dims`].
 
 use super::config::{Dims, RopeConfig};
-use super::{linear_each, streamed_together, Checkpoint, KvCache, Logits, Result, Span, Weight};
+use super::{linear_each, streamed_together, Checkpoint, Keys, KvCache, Logits, ModelError, Result, Span, Weight};
 use crate::graph::{DType, ReduceKind, TensorType, DYNAMIC};
 use crate::trace::nn::{attention, causal_mask, sliding_window_mask, Rope, RopeStyle, Rotation};
 use crate::trace::{Tensor, Tracer};
@@ -145,25 +145,75 @@ fn gaussian_top_k<'t>(g: &Tensor<'t>, k: f64) -> Result<Tensor<'t>> {
 }
 
 /// What attention takes from the positions of a forward pass: the rotation
-/// of the queries and keys, and the mask.
+/// of the queries and keys, and which keys the queries see.
 pub(crate) struct Positional<'t> {
     pub rotation: Rotation<'t>,
-    pub mask: Tensor<'t>,
+    pub visible: Visible<'t>,
 }
 
 impl<'t> Positional<'t> {
-    /// A layer type of the Gemmas: `rope` in NeoX order over heads of
-    /// `head_dim`, at `at`'s positions, the mask causal and, with a
-    /// `window`, sliding.
-    pub fn neox(rope: RopeConfig, head_dim: usize, at: &Span<'_, 't>, window: Option<usize>) -> Result<Self> {
+    /// `rotation`, and the keys of `at` a layer sees: causally and, with a
+    /// `window`, within it.
+    pub fn new(rotation: Rotation<'t>, at: &Span<'_, 't>, window: Option<usize>) -> Result<Self> {
         let (t, seq) = (at.positions.tracer(), at.positions.ty.shape[0]);
-        let rotation = Rope::new(head_dim, rope.theta, RopeStyle::NeoX).with_scaling(rope.scaling).at(at.positions)?;
-        let mask = match window {
-            Some(window) => sliding_window_mask(t, seq, at.kv_len, at.q_offset, window)?,
-            None => causal_mask(t, seq, at.kv_len, at.q_offset)?,
+        let visible = match at.keys {
+            Keys::Filled => Visible::Filled { window },
+            Keys::Masked { len, q_offset } => Visible::Masked(match window {
+                Some(window) => sliding_window_mask(t, seq, len, q_offset, window)?,
+                None => causal_mask(t, seq, len, q_offset)?,
+            }),
         };
-        Ok(Positional { rotation, mask })
+        Ok(Positional { rotation, visible })
     }
+
+    /// A layer type of the Gemmas: `rope` in NeoX order over heads of
+    /// `head_dim`, at `at`'s positions, the keys seen causally and, with a
+    /// `window`, within it.
+    pub fn neox(rope: RopeConfig, head_dim: usize, at: &Span<'_, 't>, window: Option<usize>) -> Result<Self> {
+        let rotation = Rope::new(head_dim, rope.theta, RopeStyle::NeoX).with_scaling(rope.scaling).at(at.positions)?;
+        Positional::new(rotation, at, window)
+    }
+}
+
+/// Which keys a layer's queries see ([`Keys`], for one layer type).
+pub(crate) enum Visible<'t> {
+    /// Those the mask allows, of all this call's keys or all the cache's.
+    Masked(Tensor<'t>),
+    /// The cache's positions written so far, up to the last `window` of
+    /// them: the cache hands over only those ([`KvCache::write_filled`]).
+    Filled {
+        /// The layer's sliding window, if it has one.
+        window: Option<usize>,
+    },
+}
+
+impl<'t> Visible<'t> {
+    /// This call's keys and values `[kv_heads, seq, dim]`, written into the
+    /// cache at `layer` first if there is one, as the queries see them.
+    pub fn keys(&self, k: Tensor<'t>, v: Tensor<'t>, cache: LayerCache<'_, 't>) -> Result<LayerKv<'t>> {
+        match (self, cache) {
+            (Visible::Masked(mask), cache) => {
+                let (keys, values) = match cache {
+                    Some((cache, layer)) => cache.write(layer, &k, &v)?,
+                    None => (k, v),
+                };
+                Ok(LayerKv { keys, values, mask: Some(mask.clone()) })
+            }
+            (Visible::Filled { window }, Some((cache, layer))) => cache.write_filled(layer, &k, &v, *window),
+            (Visible::Filled { .. }, None) => {
+                Err(ModelError::Config("attending over a cache's filled positions needs the cache".into()))
+            }
+        }
+    }
+}
+
+/// The keys and values `[kv_heads, kv_len, dim]` a layer's queries attend
+/// to, and the mask over them where they do not see them all.
+#[derive(Clone)]
+pub(crate) struct LayerKv<'t> {
+    pub keys: Tensor<'t>,
+    pub values: Tensor<'t>,
+    pub mask: Option<Tensor<'t>>,
 }
 
 /// The KV cache and the layer whose keys and values an attention writes.
@@ -252,8 +302,7 @@ impl<'t> Attention<'t> {
     /// `x [seq, hidden]` -> `[seq, hidden]`, each of q, k and v projected
     /// (k and v in one [`linear_each`]) and made into heads. With a cache,
     /// this call's keys and values are written into it at `cache.start` and
-    /// the queries attend over the whole cache (the mask hides what is not
-    /// written yet).
+    /// the queries attend over the cache's keys they see ([`Visible`]).
     pub fn forward(&self, x: &Tensor<'t>, at: &Positional<'t>, cache: LayerCache<'_, 't>) -> Result<Tensor<'t>> {
         let c = &self.c;
         let heads = |which: usize, y: Tensor<'t>, n: usize, dim: usize| -> Result<Tensor<'t>> {
@@ -274,25 +323,23 @@ impl<'t> Attention<'t> {
         let [k, v]: [Tensor<'t>; 2] = linear_each(&[&self.attn_k, &self.attn_v], x)?.try_into().expect("two products");
         let k = rotated(1, heads(1, k, c.head_count_kv, c.head_dim)?)?;
         let v = heads(2, v, c.head_count_kv, c.value_length)?;
-        self.attend(&q, k, v, &at.mask, cache)
+        self.attend(&q, k, v, &at.visible, cache)
     }
 
     /// The heads `q [heads, seq, head_dim]`, `k` and `v` `[kv_heads, seq,
     /// dim]` (written into the cache at `layer` first, if any) through
-    /// attention and the output projection: `[seq, hidden]`.
+    /// attention over the keys `visible` says and the output projection:
+    /// `[seq, hidden]`.
     pub fn attend(
         &self,
         q: &Tensor<'t>,
         k: Tensor<'t>,
         v: Tensor<'t>,
-        mask: &Tensor<'t>,
+        visible: &Visible<'t>,
         cache: LayerCache<'_, 't>,
     ) -> Result<Tensor<'t>> {
-        let (k, v) = match cache {
-            Some((cache, layer)) => cache.write(layer, &k, &v)?,
-            None => (k, v),
-        };
-        let a = attention(q, &k, &v, Some(mask), self.c.scale, None)?;
+        let kv = visible.keys(k, v, cache)?;
+        let a = attention(q, &kv.keys, &kv.values, kv.mask.as_ref(), self.c.scale, None)?;
         self.attn_output.linear(&merge_heads(&a)?)
     }
 }

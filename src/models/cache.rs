@@ -1,9 +1,11 @@
 //! The KV cache as explicit tensors: what the `prefill` and `decode` entry
 //! points take and return.
 
+use super::blocks::LayerKv;
 use super::{ModelError, Result};
-use crate::graph::{ComparisonDirection, DType, TensorType};
-use crate::trace::Tensor;
+use crate::graph::{ComparisonDirection, DType, TensorType, DYNAMIC};
+use crate::trace::nn::causal_mask;
+use crate::trace::{Tensor, Tracer};
 
 /// Keys or values of every layer, `[block_count, head_count_kv,
 /// max_context, head_dim]` f32: one tensor, so entry points take and return
@@ -11,17 +13,19 @@ use crate::trace::Tensor;
 pub struct Cache<'t>(pub Tensor<'t>);
 
 impl<'t> Cache<'t> {
+    /// `[layers, kv_heads, context, head_dim]`.
+    fn dims(&self) -> Result<[usize; 4]> {
+        self.0.ty.shape[..].try_into().map_err(|_| {
+            ModelError::Config(format!("a KV cache is [layers, kv_heads, context, head_dim], found {}", self.0.ty))
+        })
+    }
+
     /// Writes `x [kv_heads, seq, head_dim]` at positions `start..` of
     /// `layer`, and returns the layer's whole `[kv_heads, max_context,
     /// head_dim]` after the write.
     pub fn write(&mut self, layer: usize, x: &Tensor<'t>, start: &Tensor<'t>) -> Result<Tensor<'t>> {
         let t = start.tracer();
-        let [_, kv_heads, context, head_dim] = self.0.ty.shape[..] else {
-            return Err(ModelError::Config(format!(
-                "a KV cache is [layers, kv_heads, context, head_dim], found {}",
-                self.0.ty
-            )));
-        };
+        let [_, kv_heads, context, head_dim] = self.dims()?;
         let index = |i: usize| t.constant(i as f64, start.ty.clone());
         let (layer_index, zero) = (index(layer)?, index(0)?);
         let layer_of = |cache: &Tensor<'t>| {
@@ -30,14 +34,7 @@ impl<'t> Cache<'t> {
                 .reshape(&[kv_heads, context, head_dim])
         };
         if !x.ty.is_dynamic() {
-            // The rows go straight into the whole cache, which IREE updates in
-            // place; writing the layer's slice and then the slice back made
-            // four 96 KB copies per layer and step on SmolLM2.
-            let [_, seq, _] = x.ty.shape[..] else {
-                return Err(ModelError::Config(format!("cache rows are [kv_heads, seq, head_dim], found {}", x.ty)));
-            };
-            let rows = x.reshape(&[1, kv_heads, seq, head_dim])?;
-            self.0 = self.0.dynamic_update_slice(&rows, &[&layer_index, &zero, start, &zero])?;
+            self.put(layer, x, start)?;
             return Ok(layer_of(&self.0)?);
         }
         // iree-compile cannot legalize a dynamic_update_slice whose update is
@@ -55,6 +52,74 @@ impl<'t> Cache<'t> {
         self.0 = self.0.dynamic_update_slice(&update, &[&layer_index, &zero, &zero, &zero])?;
         Ok(row)
     }
+
+    /// Writes the rows `x [kv_heads, seq, head_dim]` (a static `seq`) at
+    /// positions `start..` of `layer`. The rows go straight into the whole
+    /// cache, which IREE updates in place: writing the layer's slice and
+    /// then the slice back made four 96 KB copies per layer and step on
+    /// SmolLM2.
+    fn put(&mut self, layer: usize, x: &Tensor<'t>, start: &Tensor<'t>) -> Result<()> {
+        let [_, kv_heads, _, head_dim] = self.dims()?;
+        let [_, seq, _] = x.ty.shape[..] else {
+            return Err(ModelError::Config(format!("cache rows are [kv_heads, seq, head_dim], found {}", x.ty)));
+        };
+        let index = |i: usize| start.tracer().constant(i as f64, start.ty.clone());
+        let (layer_index, zero) = (index(layer)?, index(0)?);
+        let rows = x.reshape(&[1, kv_heads, seq, head_dim])?;
+        self.0 = self.0.dynamic_update_slice(&rows, &[&layer_index, &zero, start, &zero])?;
+        Ok(())
+    }
+
+    /// Positions `0..filled` of `layer` (`filled` a `tensor<i32>` in
+    /// `1..=max_context`): `[kv_heads, ?, head_dim]`, one
+    /// `real_dynamic_slice` of the whole cache, so nothing past them is read.
+    fn filled(&self, layer: usize, filled: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let [_, kv_heads, _, head_dim] = self.dims()?;
+        let t = filled.tracer();
+        let dtype = filled.ty.dtype;
+        let start = index_vector(t, dtype, &[Index::At(layer), Index::At(0), Index::At(0), Index::At(0)])?;
+        let limit = [Index::At(layer + 1), Index::At(kv_heads), Index::Of(filled), Index::At(head_dim)];
+        let limit = index_vector(t, dtype, &limit)?;
+        let strides = t.constant(1.0, TensorType::new([4], dtype))?;
+        let rows = self.0.real_dynamic_slice(&start, &limit, &strides, &[1, kv_heads, DYNAMIC, head_dim])?;
+        Ok(rows.reshape(&[kv_heads, DYNAMIC, head_dim])?)
+    }
+
+    /// The `window` positions of `layer` from `first` on: `[kv_heads,
+    /// window, head_dim]`.
+    fn window(&self, layer: usize, first: &Tensor<'t>, window: usize) -> Result<Tensor<'t>> {
+        let [_, kv_heads, _, head_dim] = self.dims()?;
+        let index = |i: usize| first.tracer().constant(i as f64, first.ty.clone());
+        let (layer_index, zero) = (index(layer)?, index(0)?);
+        let rows = self.0.dynamic_slice(&[&layer_index, &zero, first, &zero], &[1, kv_heads, window, head_dim])?;
+        Ok(rows.reshape(&[kv_heads, window, head_dim])?)
+    }
+}
+
+/// An entry of an index vector: known while tracing, or a `tensor<i32>`
+/// computed at run time.
+enum Index<'a, 't> {
+    At(usize),
+    Of(&'a Tensor<'t>),
+}
+
+/// `entries` as a 1-D tensor of `dtype`, each run of one static value a
+/// single splat.
+fn index_vector<'t>(t: &'t Tracer, dtype: DType, entries: &[Index<'_, 't>]) -> Result<Tensor<'t>> {
+    let mut pieces = Vec::new();
+    let mut rest = entries;
+    while let Some(first) = rest.first() {
+        let (piece, taken) = match *first {
+            Index::Of(x) => (x.reshape(&[1])?, 1),
+            Index::At(v) => {
+                let run = rest.iter().take_while(|e| matches!(e, Index::At(w) if *w == v)).count();
+                (t.constant(v as f64, TensorType::new([run], dtype))?, run)
+            }
+        };
+        pieces.push(piece);
+        rest = &rest[taken..];
+    }
+    Ok(t.concatenate(&pieces.iter().collect::<Vec<_>>(), 0)?)
 }
 
 /// Both caches and where this call's tokens start (`tensor<i32>`).
@@ -72,6 +137,54 @@ impl<'t> KvCache<'t> {
     /// `start..` and returns the layer's whole keys and values after it.
     pub fn write(&mut self, layer: usize, k: &Tensor<'t>, v: &Tensor<'t>) -> Result<(Tensor<'t>, Tensor<'t>)> {
         Ok((self.keys.write(layer, k, &self.start)?, self.values.write(layer, v, &self.start)?))
+    }
+
+    /// Writes one position's keys and values `[kv_heads, 1, dim]` at
+    /// `start` of `layer` and returns those its query sees:
+    /// - positions `0..=start`, `[kv_heads, ?, dim]` with `?` = `start + 1`,
+    ///   and no mask;
+    /// - on a layer whose `window` is shorter than the cache, the `window`
+    ///   positions ending at `start` (starting at 0 until that many are
+    ///   written, a mask then hiding those past `start`). A static slice:
+    ///   every `?` of a function is one run-time size, and the global
+    ///   layers' is `start + 1`. Either way the cost follows the filled
+    ///   positions (or the window), not the capacity.
+    pub(crate) fn write_filled(
+        &mut self,
+        layer: usize,
+        k: &Tensor<'t>,
+        v: &Tensor<'t>,
+        window: Option<usize>,
+    ) -> Result<LayerKv<'t>> {
+        if [k, v].iter().any(|x| x.ty.rank() != 3 || x.ty.shape[1] != 1) {
+            return Err(ModelError::Config(format!(
+                "attending over the filled cache takes one position's keys and values [kv_heads, 1, dim], found {} and {}",
+                k.ty, v.ty
+            )));
+        }
+        self.keys.put(layer, k, &self.start)?;
+        self.values.put(layer, v, &self.start)?;
+        let t = self.start.tracer();
+        let scalar = |x: usize| t.constant(x as f64, self.start.ty.clone());
+        let filled = self.start.add(&scalar(1)?)?;
+        match window.filter(|&w| w < self.context()) {
+            None => Ok(LayerKv {
+                keys: self.keys.filled(layer, &filled)?,
+                values: self.values.filled(layer, &filled)?,
+                mask: None,
+            }),
+            Some(window) => {
+                // dynamic_slice would clamp a negative start to 0 too; the
+                // mask needs the start it reads from.
+                let first = filled.subtract(&scalar(window)?)?.maximum(&scalar(0)?)?;
+                let mask = causal_mask(t, 1, window, &self.start.subtract(&first)?)?;
+                Ok(LayerKv {
+                    keys: self.keys.window(layer, &first, window)?,
+                    values: self.values.window(layer, &first, window)?,
+                    mask: Some(mask),
+                })
+            }
+        }
     }
 
     /// This call's positions, `start..start + seq`, as `[seq]` i32.

@@ -322,7 +322,7 @@ impl<'t> Decoder<'t> for Gemma3<'t> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{DType, Graph, TensorType};
+    use crate::graph::{DType, Graph, Op, TensorType};
     use crate::interp::{self, Value};
     use crate::lower::{lower_to_string, LowerOptions};
     use crate::models::testing::{block_matrices, gemma3_path, gguf_bytes, Fill, Meta};
@@ -514,6 +514,44 @@ mod tests {
         assert_eq!(a[3 * 16..], b[3 * 16..], "token 0 is out of positions 3 and 4's reach");
         let (a, b) = (run(6, &[1, 5, 9, 3, 7]), run(6, &[4, 5, 9, 3, 7]));
         assert_ne!(a[4 * 16..], b[4 * 16..], "the global layer sees token 0");
+    }
+
+    /// Decode steps after a 2-token prefill give the whole prefill's
+    /// logits at a capacity of 8: past a window of 2 (the five local layers
+    /// read a static window, masked until it fills; the global sixth reads
+    /// the filled positions) and within a window of 16 (every layer reads
+    /// the filled positions). No product or reduction spans the capacity.
+    #[test]
+    fn tiny_gemma3_decodes_over_the_filled_cache() {
+        let ids = [1, 5, 9, 3, 7, 2];
+        for (window, filled_slices) in [(2, 2), (16, 12)] {
+            let extra = vec![("gemma3.attention.sliding_window", Meta::U32(window))];
+            let gguf = Gguf::parse(tiny("gemma3", 6, None, extra)).unwrap();
+            let weights = keep(&gguf);
+            let full = interp::run(&prefill(&gguf, ids.len()).unwrap(), &[tokens(&ids)], &weights).unwrap();
+            let full = full[0].to_f64_vec();
+            let vocab = full.len() / ids.len();
+            let family = Family::Gemma3(Config::from_gguf(&gguf).unwrap());
+            let [prefill_fn, decode_fn]: [Graph; 2] =
+                crate::models::entry_points(&family, &weights, 8, 1).unwrap().try_into().map_err(|_| ()).unwrap();
+            let nodes = decode_fn.nodes();
+            let sliced = nodes.iter().filter(|n| matches!(n.op, Op::RealDynamicSlice)).count();
+            assert_eq!(sliced, filled_slices, "keys and values of each layer reading the filled positions");
+            let spans_capacity = nodes
+                .iter()
+                .filter(|n| matches!(n.op, Op::DotGeneral(_) | Op::Reduce { .. }) && n.ty.shape.contains(&8));
+            assert_eq!(spans_capacity.count(), 0);
+
+            let mut out = interp::run(&prefill_fn, &[tokens(&ids[..2])], &weights).unwrap();
+            for (pos, &id) in ids.iter().enumerate().skip(2) {
+                let (keys, values) = (out.remove(1), out.remove(1));
+                let inputs = [tokens(&[id]), crate::models::scalar_i32(pos as i32), keys, values];
+                out = interp::run(&decode_fn, &inputs, &weights).unwrap();
+                let want = &full[pos * vocab..(pos + 1) * vocab];
+                let diff = out[0].to_f64_vec().iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+                assert!(diff <= 1e-5, "window {window}, position {pos}: {diff}");
+            }
+        }
     }
 
     #[test]

@@ -43,7 +43,9 @@
 //! and values, sparsity 0.95 on the first 10, every 5th layer global, a
 //! local rope base of 10000.
 
-use super::blocks::{last_row, merge_heads, split_heads, Activation, GatedFfn, Head, Layer, LayerCache, Positional};
+use super::blocks::{
+    last_row, merge_heads, split_heads, Activation, GatedFfn, Head, Layer, LayerCache, LayerKv, Positional,
+};
 use super::config::{self, Dims, GgufKeys, RopeConfig};
 use super::{linear_each, Checkpoint, Decoder, KvCache, Logits, ModelError, Result, Span, Weight};
 use crate::graph::{ComparisonDirection, DType, ReduceKind, TensorType};
@@ -532,9 +534,6 @@ struct KeyValue<'t> {
     attn_v: Weight<'t>,
 }
 
-/// Keys and values `[kv_heads, kv_len, head_dim]` as a layer attended to them.
-type Kv<'t> = (Tensor<'t>, Tensor<'t>);
-
 impl<'t> Attention<'t> {
     /// `x [seq, D]` -> `[seq, D]`, and the keys and values it attended to
     /// if it computed them (written into the cache first, if any); a shared
@@ -543,9 +542,9 @@ impl<'t> Attention<'t> {
         &self,
         x: &Tensor<'t>,
         at: &Positional<'t>,
-        shared: Option<&Kv<'t>>,
+        shared: Option<&LayerKv<'t>>,
         cache: LayerCache<'_, 't>,
-    ) -> Result<(Tensor<'t>, Option<Kv<'t>>)> {
+    ) -> Result<(Tensor<'t>, Option<LayerKv<'t>>)> {
         let heads = |y: &Tensor<'t>, n: usize, norm: Option<&Tensor<'t>>| {
             split_heads(y, n, self.head_dim)?.rms_norm(norm, self.eps).map_err(ModelError::from)
         };
@@ -556,17 +555,14 @@ impl<'t> Attention<'t> {
                     linear_each(&[&kv.attn_k, &kv.attn_v], x)?.try_into().expect("two products");
                 let k = at.rotation.apply(&heads(&k, self.head_count_kv, Some(&kv.attn_k_norm))?)?;
                 let v = heads(&v, self.head_count_kv, None)?;
-                Some(match cache {
-                    Some((cache, layer)) => cache.write(layer, &k, &v)?,
-                    None => (k, v),
-                })
+                Some(at.visible.keys(k, v, cache)?)
             }
             None => None,
         };
-        let (k, v) = computed.as_ref().or(shared).ok_or_else(|| {
+        let kv = computed.as_ref().or(shared).ok_or_else(|| {
             ModelError::Config("a layer shares keys and values, but no layer before it computes them".into())
         })?;
-        let a = attention(&q, k, v, Some(&at.mask), 1.0, None)?;
+        let a = attention(&q, &kv.keys, &kv.values, kv.mask.as_ref(), 1.0, None)?;
         Ok((self.attn_output.linear(&merge_heads(&a)?)?, computed))
     }
 }
@@ -645,9 +641,9 @@ impl<'t> Block<'t> {
         h: &Streams<'t>,
         pli: &Tensor<'t>,
         at: &Positional<'t>,
-        shared: Option<&Kv<'t>>,
+        shared: Option<&LayerKv<'t>>,
         cache: LayerCache<'_, 't>,
-    ) -> Result<(Streams<'t>, Option<Kv<'t>>)> {
+    ) -> Result<(Streams<'t>, Option<LayerKv<'t>>)> {
         let norm = |y: &Tensor<'t>, w: &Tensor<'t>| y.rms_norm(Some(w), self.eps).map_err(ModelError::from);
         let p = self.altup.predict(h)?;
         let x = norm(&p[0], &self.attn_norm)?;
@@ -783,7 +779,7 @@ impl<'t> Decoder<'t> for Gemma3n<'t> {
         let mut h = self.streams(&e)?;
         // The keys and values the shared layers read: the last computed by
         // a global layer and by a local one.
-        let mut last_kv: [Option<Kv<'t>>; 2] = [None, None];
+        let mut last_kv: [Option<LayerKv<'t>>; 2] = [None, None];
         for (i, block) in self.blocks.iter().enumerate() {
             let sliding = c.sliding[i];
             let pli = self.per_layer_input(i, tokens, &e)?;

@@ -21,7 +21,7 @@ use super::blocks::{
 };
 use super::config::{self, Dims, GgufKeys, HfKeys, RopeConfig};
 use super::{linear_each, Checkpoint, Decoder, KvCache, ModelError, Result, Span};
-use crate::trace::nn::{causal_mask, sliding_window_mask, Rope, RopeStyle};
+use crate::trace::nn::{Rope, RopeStyle};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
 use crate::weights::hf_config::HfConfig;
@@ -261,7 +261,7 @@ fn attention<'t>(
         (q, k) = (q.rms_norm(Some(q_norm), c.eps)?, k.rms_norm(Some(k_norm), c.eps)?);
     }
     let (q, k) = (at.rotation.apply(&q)?, at.rotation.apply(&k)?);
-    a.attend(&q, k, split_heads(&v, c.head_count_kv, c.head_dim)?, &at.mask, cache)
+    a.attend(&q, k, split_heads(&v, c.head_count_kv, c.head_dim)?, &at.visible, cache)
 }
 
 /// The whole model: embedding, blocks, final norm and the output head
@@ -293,17 +293,14 @@ impl<'t> Decoder<'t> for Llama<'t> {
 
     /// Masked causally, and within the window if the model slides one.
     fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
-        let (c, t, seq, logits) = (&self.config, tokens.tracer(), tokens.ty.shape[0], at.logits);
-        let mask = match c.sliding_window {
-            Some(window) => sliding_window_mask(t, seq, at.kv_len, at.q_offset, window)?,
-            None => causal_mask(t, seq, at.kv_len, at.q_offset)?,
-        };
+        let c = &self.config;
         let rope = Rope::new(c.dims.head_dim, c.rope.theta, c.rope_style).with_scaling(c.rope.scaling);
         let rotation = match &self.rope_freqs {
             Some(factors) => rope.at_with_freq_factors(at.positions, factors)?,
             None => rope.at(at.positions)?,
         };
-        let at = Positional { rotation, mask };
+        let logits = at.logits;
+        let at = Positional::new(rotation, &at, c.sliding_window)?;
         self.stack.logits(self.stack.embed(tokens)?, |_| &at, cache, logits)
     }
 }

@@ -508,30 +508,51 @@ pub trait Decoder<'t> {
     /// written into it at `cache.start`.
     fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>>;
 
-    /// [`Decoder::forward`] at the cache's next positions, attending over
-    /// the whole cache: the last position's logits, `[1, vocab]`.
+    /// [`Decoder::forward`] at the cache's next positions: the last
+    /// position's logits, `[1, vocab]`. One token attends over the cache's
+    /// filled positions only ([`Keys::Filled`]); more attend over the whole
+    /// cache under a mask.
     fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
-        let positions = cache.positions(tokens.ty.shape[0])?;
+        let seq = tokens.ty.shape[0];
+        let positions = cache.positions(seq)?;
         let start = cache.start.clone();
-        let at =
-            Span { positions: &positions, kv_len: cache.context(), q_offset: (&start).into(), logits: Logits::Last };
-        self.forward(tokens, at, Some(cache))
+        let keys = match seq {
+            1 => Keys::Filled,
+            _ => Keys::Masked { len: cache.context(), q_offset: (&start).into() },
+        };
+        self.forward(tokens, Span { positions: &positions, keys, logits: Logits::Last }, Some(cache))
     }
 }
 
 /// Where the tokens of a forward pass are: their positions (`[seq]` i32),
-/// and how their queries see the keys: `kv_len` of them, the first query at
-/// `q_offset` among them.
+/// and which keys their queries see.
 #[derive(Clone, Copy, Debug)]
 pub struct Span<'a, 't> {
     /// Each token's position, for the rotary embedding.
     pub positions: &'a Tensor<'t>,
-    /// How many keys the queries attend to.
-    pub kv_len: usize,
-    /// The first query's position among the keys, for the causal mask.
-    pub q_offset: QueryOffset<'a, 't>,
+    /// The keys the queries attend to.
+    pub keys: Keys<'a, 't>,
     /// Which positions get logits.
     pub logits: Logits,
+}
+
+/// The keys the queries of a forward pass attend to.
+#[derive(Clone, Copy, Debug)]
+pub enum Keys<'a, 't> {
+    /// `len` keys (this call's, or the whole cache's), the first query at
+    /// `q_offset` among them, under a causal (or sliding-window) mask.
+    Masked {
+        /// How many keys the queries attend to.
+        len: usize,
+        /// The first query's position among the keys.
+        q_offset: QueryOffset<'a, 't>,
+    },
+    /// One query at the cache's next position (`cache.start`): it attends
+    /// to the positions written so far, up to and including its own (the
+    /// last `window` of them on a sliding layer), which the cache slices
+    /// out (`KvCache::write_filled`). A decode step's attention then
+    /// costs what the cache holds, not what it could hold.
+    Filled,
 }
 
 /// The positions a forward pass computes logits for.
@@ -554,7 +575,8 @@ pub fn prefill(family: &Family, weights: &dyn Checkpoint, seq_len: usize) -> Res
     let model = family.load(&t, weights)?;
     let tokens = t.input("tokens", TensorType::new([1, seq_len], DType::I32))?;
     let positions = t.iota(0, TensorType::new([seq_len], DType::I32))?;
-    let at = Span { positions: &positions, kv_len: seq_len, q_offset: 0.into(), logits: Logits::Every };
+    let at =
+        Span { positions: &positions, keys: Keys::Masked { len: seq_len, q_offset: 0.into() }, logits: Logits::Every };
     let logits = model.forward(&tokens.reshape(&[seq_len])?, at, None)?;
     Ok(t.finish(&[&logits.reshape(&[1, seq_len, model.vocab_size()])?])?)
 }

@@ -332,6 +332,22 @@ impl<'t> Tensor<'t> {
         self.tracer.push("", Op::DynamicSlice { slice_sizes: slice_sizes.to_vec() }, &operands, None)
     }
 
+    /// The strided window `start_indices..limit_indices` by `strides`, each
+    /// a 1-D integer tensor with one entry per dim, computed at run time:
+    /// a tensor of `shape` (`?` where the size is not static). The bounds
+    /// must be in range (`0 <= start <= limit <= dim`, `stride > 0`): they
+    /// are not clamped.
+    pub fn real_dynamic_slice(
+        &self,
+        start_indices: &Tensor<'_>,
+        limit_indices: &Tensor<'_>,
+        strides: &Tensor<'_>,
+        shape: &[usize],
+    ) -> Result<Tensor<'t>, TraceError> {
+        let operands = [self, start_indices, limit_indices, strides];
+        self.tracer.push("", Op::RealDynamicSlice, &operands, Some(TensorType::new(shape, self.ty.dtype)))
+    }
+
     /// `self` with `update` written at the runtime `start_indices` (clamped
     /// like `dynamic_slice`'s): e.g. a KV cache at the decode position.
     pub fn dynamic_update_slice(

@@ -686,6 +686,9 @@ pub fn attention<'t>(
             return fail(OP, format!("mask must be i1 and broadcast to the scores {scores}, found {}", m.ty));
         }
     }
+    if mask.is_none() && k.ty.is_dynamic() && !q.ty.is_dynamic() && k.ty.shape[..=nb].iter().all(|&d| d == 1) {
+        return single_kv_head_attention(q, k, v, scale, soft_cap);
+    }
     // Grouped-query heads without repeating k and v (HF `repeat_kv`): q
     // [..., heads, s, d] is viewed as [..., kv_heads, groups, s, d] and each
     // kv head is a batch of the products, so the caches are read in place
@@ -754,6 +757,35 @@ pub fn attention<'t>(
     let out = outer(probs.dot_general(v, dims(g - 1, rank - 2))?)?;
     let mut shape = out.ty.shape.clone();
     shape.splice(nb..nb + 2, [heads]);
+    out.reshape(&shape)
+}
+
+/// [`attention`] where every batch dim and the kv heads are 1 and the keys
+/// are `?` long (one kv head, decode over the filled cache), as plain
+/// matrix products: `q [heads·seq, hd] · k [kv_seq, hd]ᵀ`, then `· v
+/// [kv_seq, hd_v]`. IREE 3.13 rewrites a dot_general whose batch dims are
+/// all 1 through a `stablehlo.reshape` without them, which a `?` dim makes
+/// invalid ("must be statically shaped").
+fn single_kv_head_attention<'t>(
+    q: &Tensor<'t>,
+    k: &Tensor<'t>,
+    v: &Tensor<'t>,
+    scale: f64,
+    soft_cap: Option<f64>,
+) -> Result<Tensor<'t>> {
+    let rank = q.ty.rank();
+    let (hd, hd_v, kv_seq) = (q.ty.shape[rank - 1], v.ty.shape[rank - 1], k.ty.shape[rank - 2]);
+    let rows = q.ty.num_elements() / hd.max(1);
+    let scores =
+        to_f32(&q.reshape(&[rows, hd])?.dot_general(&k.reshape(&[kv_seq, hd])?, DotDimensions::contracting(1, 1))?)?;
+    let mut scores = scores.multiply(&splat(&scores, scale)?)?;
+    if let Some(cap) = soft_cap {
+        scores = scores.soft_cap(cap)?;
+    }
+    let probs = cast(&scores.softmax(1)?, v.ty.dtype)?;
+    let out = probs.dot_general(&v.reshape(&[kv_seq, hd_v])?, DotDimensions::contracting(1, 0))?;
+    let mut shape = q.ty.shape.clone();
+    shape[rank - 1] = hd_v;
     out.reshape(&shape)
 }
 
@@ -878,7 +910,7 @@ fn rope_example<'t>(t: &'t Tracer, rope: Rope) -> Result<Vec<Tensor<'t>>> {
 mod tests {
     use super::*;
     use crate::check::{check_graph, CheckOptions, CheckReport};
-    use crate::graph::{text, Op};
+    use crate::graph::{text, Op, DYNAMIC};
     use crate::interp::{self, tests::val, Value};
     use crate::iree::Iree;
     use std::collections::HashMap;
@@ -1245,6 +1277,31 @@ mod tests {
         assert_close(&got[0], &attention_f64((&qs, &ks, &vs), sizes, causal, 0.5, None), 1e-6);
         assert_close(&got[1], &attention_f64((&qs, &ks, &vs), sizes, causal, 0.5, Some(0.3)), 1e-6);
         assert_eq!(got[2], got[0]);
+    }
+
+    /// One kv head and keys of `?` positions (decode over a filled cache):
+    /// plain matrix products, the same numbers as with a batch of one.
+    #[test]
+    fn single_kv_head_over_dynamic_keys_matches_f64() {
+        let t = Tracer::new("main");
+        let q = t.input("q", f32_type(&[3, 1, 4])).unwrap();
+        let k = t.input("k", TensorType::new([1, DYNAMIC, 4], DType::F32)).unwrap();
+        let v = t.input("v", TensorType::new([1, DYNAMIC, 2], DType::F32)).unwrap();
+        let out = attention(&q, &k, &v, None, 0.5, Some(0.3)).unwrap();
+        assert_eq!(out.ty.to_string(), "tensor<3x1x2xf32>");
+        let g = t.finish(&[&out]).unwrap();
+        assert!(g.nodes().iter().all(|n| match &n.op {
+            Op::DotGeneral(d) => d.lhs_batching_dimensions.is_empty(),
+            _ => true,
+        }));
+        let inputs = [seeded("tensor<3x1x4xf32>", 7), seeded("tensor<1x5x4xf32>", 8), seeded("tensor<1x5x2xf32>", 9)];
+        let got = run(&g, &inputs, &[]);
+        let [qs, ks, vs] = inputs.map(|v| v.to_f64_vec());
+        // attention_f64 takes one head dim for k and v: v padded to 4 wide.
+        let v4: Vec<f64> = vs.chunks(2).flat_map(|r| [r[0], r[1], 0.0, 0.0]).collect();
+        let want = attention_f64((&qs, &ks, &v4), (3, 1, 1, 5, 4), |_, _| true, 0.5, Some(0.3));
+        let want: Vec<f64> = want.chunks(4).flat_map(|r| [r[0], r[1]]).collect();
+        assert_close(&got[0], &want, 1e-6);
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Slices at positions computed in the graph: `dynamic_slice` reads one,
-//! `dynamic_update_slice` writes one (a KV cache at the decode position).
+//! `dynamic_update_slice` writes one (a KV cache at the decode position),
+//! `real_dynamic_slice` reads one whose size is computed too (the filled
+//! part of a KV cache).
 //!
-//! Start indices are scalar integer values, one per operand dim. At run time
-//! they are clamped so the slice stays in bounds:
+//! For the first two, start indices are scalar integer values, one per
+//! operand dim. At run time they are clamped so the slice stays in bounds:
 //! `adjusted_start_indices = clamp(0, start_indices, shape(operand) - sizes)`.
 
 use super::same_dtype;
@@ -71,6 +73,56 @@ pub fn infer_dynamic_update_slice(
     Ok(operand.clone())
 }
 
+/// `real_dynamic_slice(operand, start_indices, limit_indices, strides)`:
+/// `slice` with its bounds given at run time as 1-D integer tensors, to the
+/// declared `result` type. StableHLO has not specified the op yet
+/// (openxla/stablehlo#8); its ODS describes it as `slice` with dynamic
+/// bounds, so the checks carry `slice`'s constraint numbers:
+/// - C1: the element type is kept;
+/// - C2: `start_indices`, `limit_indices` and `strides` are 1-D integer
+///   tensors of one type (ODS `AllTypesMatch`) with one entry per operand dim;
+/// - C5: the result has the operand's rank, and no static dim of it is
+///   larger than the operand's (`ceil((limit - start) / stride) <= dim`).
+///
+/// C3 (`0 <= start <= limit <= shape(operand)`), C4 (`strides > 0`) and C5
+/// on the values are checked when the function runs. A `?` result dim is
+/// the function's one run-time size; this op can be what gives it a value
+/// (see [`crate::graph::Graph::add_node`]).
+pub fn infer_real_dynamic_slice(
+    operand: &TensorType,
+    [start_indices, limit_indices, strides]: [&TensorType; 3],
+    result: &TensorType,
+) -> Result<TensorType, ShapeError> {
+    let op = "real_dynamic_slice";
+    same_dtype(op, "C1", operand, result)?;
+    let rank = operand.rank();
+    for (name, t) in [("start_indices", start_indices), ("limit_indices", limit_indices), ("strides", strides)] {
+        if t.rank() != 1 || t.shape[0] != rank || !t.dtype.is_integer() {
+            return Err(ShapeError::new(
+                op,
+                "C2",
+                format!("{name} must be a 1-D integer tensor of {rank} entries, one per dim of {operand}, found {t}"),
+            ));
+        }
+        same_dtype(op, "C2", start_indices, t)?;
+    }
+    if result.rank() != rank {
+        return Err(ShapeError::new(op, "C5", format!("result {result} must have the rank of operand {operand}")));
+    }
+    let larger = (0..rank).find(|&k| {
+        let (size, dim) = (result.shape[k], operand.shape[k]);
+        size != DYNAMIC && dim != DYNAMIC && size > dim
+    });
+    if let Some(k) = larger {
+        return Err(ShapeError::new(
+            op,
+            "C5",
+            format!("result {result} is larger than operand {operand} in dim {k}: a slice cannot grow"),
+        ));
+    }
+    Ok(result.clone())
+}
+
 /// Each start index is a 0-d integer tensor, and all share one type.
 fn check_start_indices(op: &'static str, rule: &'static str, start_indices: &[&TensorType]) -> Result<(), ShapeError> {
     for (i, t) in start_indices.iter().enumerate() {
@@ -108,6 +160,35 @@ mod tests {
         assert_eq!(infer_dynamic_slice(&x, &[&i, &t("tensor<f32>"), &i], &[1, 1, 1]).unwrap_err().rule, "C3");
         let s = t("tensor<f32>");
         assert_eq!(infer_dynamic_slice(&s, &[], &[]).unwrap(), s);
+    }
+
+    #[test]
+    fn real_dynamic_slice_takes_the_declared_type() {
+        let (cache, i) = (t("tensor<2x3x8x4xf32>"), t("tensor<4xi32>"));
+        let filled = t("tensor<1x3x?x4xf32>");
+        assert_eq!(infer_real_dynamic_slice(&cache, [&i, &i, &i], &filled).unwrap(), filled);
+        let all = t("tensor<?x?x?x?xf32>");
+        assert_eq!(infer_real_dynamic_slice(&cache, [&i, &i, &i], &all).unwrap(), all);
+        let dynamic = t("tensor<?x4xf32>");
+        let two = t("tensor<2xi64>");
+        assert!(infer_real_dynamic_slice(&dynamic, [&two, &two, &two], &t("tensor<9x2xf32>")).is_ok());
+
+        let err =
+            |result: &str, index: [&TensorType; 3]| infer_real_dynamic_slice(&cache, index, &t(result)).unwrap_err();
+        assert_eq!(err("tensor<1x3x?x4xf16>", [&i, &i, &i]).rule, "C1");
+        assert_eq!(err("tensor<1x3x?x4xf32>", [&i, &t("tensor<3xi32>"), &i]).rule, "C2");
+        assert_eq!(err("tensor<1x3x?x4xf32>", [&i, &i, &t("tensor<4xi64>")]).rule, "C2");
+        assert_eq!(
+            err("tensor<1x3x?x4xf32>", [&t("tensor<4xf32>"), &t("tensor<4xf32>"), &t("tensor<4xf32>")]).rule,
+            "C2"
+        );
+        assert_eq!(err("tensor<1x3x?x4xf32>", [&t("tensor<1x4xi32>"); 3]).rule, "C2");
+        assert_eq!(err("tensor<3x?x4xf32>", [&i, &i, &i]).rule, "C5");
+        let grown = err("tensor<1x3x9x4xf32>", [&i, &i, &i]);
+        assert_eq!(
+            grown.to_string(),
+            "real_dynamic_slice (C5): result tensor<1x3x9x4xf32> is larger than operand tensor<2x3x8x4xf32> in dim 2: a slice cannot grow"
+        );
     }
 
     #[test]

@@ -101,6 +101,10 @@ pub enum Op {
     },
     /// `dynamic_update_slice(operand, update, start_indices...)`.
     DynamicUpdateSlice,
+    /// `real_dynamic_slice(operand, start_indices, limit_indices, strides)`:
+    /// a `slice` whose bounds are 1-D integer tensors computed at run time,
+    /// to the declared type (a `?` dim where the size is not static).
+    RealDynamicSlice,
     /// `pad(operand, padding_value)`.
     Pad {
         /// Padding before the first element, per dim.
@@ -195,6 +199,7 @@ impl Op {
             Op::Slice { .. } => "slice",
             Op::DynamicSlice { .. } => "dynamic_slice",
             Op::DynamicUpdateSlice => "dynamic_update_slice",
+            Op::RealDynamicSlice => "real_dynamic_slice",
             Op::Pad { .. } => "pad",
             Op::DotGeneral(_) => "dot_general",
             Op::Gather => "gather",
@@ -217,6 +222,7 @@ impl Op {
                 | Op::BitcastConvert
                 | Op::Reshape
                 | Op::BroadcastInDim { .. }
+                | Op::RealDynamicSlice
                 | Op::Dequantize { .. }
         )
     }
@@ -242,6 +248,7 @@ impl Op {
                 (2, false)
             }
             Op::Clamp | Op::Select => (3, false),
+            Op::RealDynamicSlice => (4, false),
             Op::Concatenate { .. } => (0, true),
             Op::DynamicSlice { .. } => (1, true),
             Op::DynamicUpdateSlice | Op::PackedMatvec { .. } => (2, true),
@@ -299,6 +306,11 @@ impl Op {
             Op::DynamicUpdateSlice => {
                 dynamic_slice::infer_dynamic_update_slice(operands[0], operands[1], &operands[2..])
             }
+            Op::RealDynamicSlice => dynamic_slice::infer_real_dynamic_slice(
+                operands[0],
+                [operands[1], operands[2], operands[3]],
+                declared.expect("declared-type op"),
+            ),
             Op::Pad { edge_padding_low, edge_padding_high, interior_padding } => {
                 layout::infer_pad(operands[0], operands[1], edge_padding_low, edge_padding_high, interior_padding)
             }
@@ -330,6 +342,7 @@ impl Op {
             | Op::Select
             | Op::Reshape
             | Op::DynamicUpdateSlice
+            | Op::RealDynamicSlice
             | Op::Gather => vec![],
             Op::Param { name } => vec![("name", AttrValue::Str(name.clone()))],
             Op::Constant { value } => vec![("value", AttrValue::Float(*value))],
@@ -393,6 +406,7 @@ impl Op {
             },
             "dynamic_slice" => Op::DynamicSlice { slice_sizes: attrs.ints("slice_sizes")? },
             "dynamic_update_slice" => Op::DynamicUpdateSlice,
+            "real_dynamic_slice" => Op::RealDynamicSlice,
             "pad" => Op::Pad {
                 edge_padding_low: attrs.ints("edge_padding_low")?,
                 edge_padding_high: attrs.ints("edge_padding_high")?,
