@@ -197,4 +197,7 @@ fi
 echo
 echo "== serving: kiln's exports through IREE next to llama.cpp on the same GGUF, same run (scripts/bench_serving.py) =="
 scripts/bench-venv.sh
-build/bench-venv/bin/python scripts/bench_serving.py smollm2="$smollm2" gemma3-270m="$gemma3"
+# Rows, rounds and timeouts: `make bench BENCH_SERVING_ARGS="--row smollm2@4096:512 ..."`
+# (scripts/bench_serving.py --help). Exits 1 if a row failed.
+# shellcheck disable=SC2086
+build/bench-venv/bin/python scripts/bench_serving.py smollm2="$smollm2" gemma3-270m="$gemma3" ${BENCH_SERVING_ARGS:-}
