@@ -761,14 +761,20 @@ fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Decode
                 }
             }
         }
-        // block_iq4_nl { d; qs[16] }: d * kvalues_iq4nl[nibble], low
-        // nibbles first.
-        T::IQ4_NL => {
-            scale = Some(b.f16(0)?);
-            let qs = b.lanes(2)?;
+        // block_iq4_nl { d; qs[16] }: d * kvalues_iq4nl[nibble], and
+        // block_mxfp4 { e; qs[16] }: e8m0_half(e) * kvalues_mxfp4[nibble];
+        // low nibbles first. MXFP4's block is 17 bytes, so its qs sit at odd
+        // offsets (1 + 17b), which the lane slice reads where they are.
+        T::IQ4_NL | T::MXFP4 => {
+            let (table, qs_at) = match ggml {
+                T::IQ4_NL => (&KVALUES_IQ4NL, 2),
+                _ => (&KVALUES_MXFP4, 1),
+            };
+            scale = Some(if ggml == T::IQ4_NL { b.f16(0)? } else { b.e8m0_half(0)? });
+            let qs = b.lanes(qs_at)?;
             let qs = b.zext(qs, 32);
             for g in 0..2 {
-                terms.push((b.sfloat(b.lookup(&KVALUES_IQ4NL, b.nibble(qs, 4 * g as i64))), g));
+                terms.push((b.sfloat(b.lookup(table, b.nibble(qs, 4 * g as i64))), g));
             }
         }
         // block_iq4_xs { d; scales_h; scales_l[4]; qs[128] }: value 32j +
@@ -790,17 +796,6 @@ fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Decode
                     let level = b.sfloat(b.lookup(&KVALUES_IQ4NL, b.nibble(qs, 4 * h as i64)));
                     terms.push((b.mul(ls, level), 2 * j + h));
                 }
-            }
-        }
-        // block_mxfp4 { e; qs[16] }: e8m0_half(e) * kvalues_mxfp4[nibble],
-        // low nibbles first. The block is 17 bytes, so qs sits at odd offsets
-        // (1 + 17b), which the lane slice reads where they are.
-        T::MXFP4 => {
-            scale = Some(b.e8m0_half(0)?);
-            let qs = b.lanes(1)?;
-            let qs = b.zext(qs, 32);
-            for g in 0..2 {
-                terms.push((b.sfloat(b.lookup(&KVALUES_MXFP4, b.nibble(qs, 4 * g as i64))), g));
             }
         }
         other => return Err(b.operands.e.error(format!("packed_matvec: no block decoder for {other}"))),
