@@ -167,11 +167,6 @@ impl Default for ExportOptions {
 }
 
 impl ExportOptions {
-    /// `reference, packed keep`, ... for summaries.
-    pub fn params_description(&self) -> String {
-        format!("{}, packed {}", self.params.name(), self.packed)
-    }
-
     /// The dtype dense checkpoint tensors are declared as instead of their
     /// own: archive mode writes every param in one dtype.
     pub fn cast(&self) -> Option<DType> {

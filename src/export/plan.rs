@@ -110,13 +110,10 @@ impl<'a> Plan<'a> {
     /// The summary's account of the params: the mode, and why it is not
     /// the one asked for.
     pub fn description(&self) -> String {
+        let described = format!("{}, packed {}", self.mode.name(), self.packed);
         match &self.unreferenced {
-            None => format!("{}, packed {}", self.mode.name(), self.packed),
-            Some(why) => format!(
-                "{}, packed {} (not reference: {why}; every param is written to {ARCHIVE_FILE})",
-                self.mode.name(),
-                self.packed
-            ),
+            None => described,
+            Some(why) => format!("{described} (not reference: {why}; every param is written to {ARCHIVE_FILE})"),
         }
     }
 

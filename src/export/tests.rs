@@ -27,7 +27,7 @@ pub(super) fn export_and_compile(model: &Path, options: &ExportOptions) -> (temp
     eprintln!(
         "{} ({}): export {:.2} s, {} ops, {} bytes written; iree-compile {:.0} s",
         model.display(),
-        options.params_description(),
+        summary.params_description,
         summary.seconds,
         summary.ops,
         summary.bytes_written,
@@ -211,7 +211,7 @@ fn smollm2_generates_the_same_tokens(params: ParamsMode, packed: PackedPolicy) {
         _ => unreachable!("the other combinations are tested elsewhere"),
     }
     let generated = generate(dir.path(), PROMPT, NEW_TOKENS, &Iree::for_tests()).unwrap();
-    eprintln!("{}: {:?}", options(params, packed).params_description(), generated.text);
+    eprintln!("{}: {:?}", summary.params_description, generated.text);
     assert_eq!(generated.tokens, smollm2_reference().1);
 }
 
