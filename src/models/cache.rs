@@ -26,8 +26,6 @@ impl<'t> Cache<'t> {
     pub fn write(&mut self, layer: usize, x: &Tensor<'t>, start: &Tensor<'t>) -> Result<Tensor<'t>> {
         let t = start.tracer();
         let [_, kv_heads, context, head_dim] = self.dims()?;
-        let index = |i: usize| t.constant(i as f64, start.ty.clone());
-        let (layer_index, zero) = (index(layer)?, index(0)?);
         let layer_of = |cache: &Tensor<'t>| {
             cache
                 .slice(&[layer, 0, 0, 0], &[layer + 1, kv_heads, context, head_dim], &[1; 4])?
@@ -49,6 +47,7 @@ impl<'t> Cache<'t> {
         let before = j.compare(ComparisonDirection::Lt, &start_j)?.broadcast_in_dim(&old.ty.shape, &[1])?;
         let row = before.select(&old, &spread)?;
         let update = row.reshape(&[1, kv_heads, context, head_dim])?;
+        let (layer_index, zero) = layer_and_zero(layer, start)?;
         self.0 = self.0.dynamic_update_slice(&update, &[&layer_index, &zero, &zero, &zero])?;
         Ok(row)
     }
@@ -63,8 +62,7 @@ impl<'t> Cache<'t> {
         let [_, seq, _] = x.ty.shape[..] else {
             return Err(ModelError::Config(format!("cache rows are [kv_heads, seq, head_dim], found {}", x.ty)));
         };
-        let index = |i: usize| start.tracer().constant(i as f64, start.ty.clone());
-        let (layer_index, zero) = (index(layer)?, index(0)?);
+        let (layer_index, zero) = layer_and_zero(layer, start)?;
         let rows = x.reshape(&[1, kv_heads, seq, head_dim])?;
         self.0 = self.0.dynamic_update_slice(&rows, &[&layer_index, &zero, start, &zero])?;
         Ok(())
@@ -89,11 +87,16 @@ impl<'t> Cache<'t> {
     /// window, head_dim]`.
     fn window(&self, layer: usize, first: &Tensor<'t>, window: usize) -> Result<Tensor<'t>> {
         let [_, kv_heads, _, head_dim] = self.dims()?;
-        let index = |i: usize| first.tracer().constant(i as f64, first.ty.clone());
-        let (layer_index, zero) = (index(layer)?, index(0)?);
+        let (layer_index, zero) = layer_and_zero(layer, first)?;
         let rows = self.0.dynamic_slice(&[&layer_index, &zero, first, &zero], &[1, kv_heads, window, head_dim])?;
         Ok(rows.reshape(&[kv_heads, window, head_dim])?)
     }
+}
+
+/// `layer` and 0 as start indices of `like`'s type (`tensor<i32>`).
+fn layer_and_zero<'t>(layer: usize, like: &Tensor<'t>) -> Result<(Tensor<'t>, Tensor<'t>)> {
+    let index = |i: usize| like.tracer().constant(i as f64, like.ty.clone());
+    Ok((index(layer)?, index(0)?))
 }
 
 /// An entry of an index vector: known while tracing, or a `tensor<i32>`
