@@ -4,11 +4,12 @@ use anyhow::{Context as _, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Parser, Subcommand, ValueEnum};
 use kiln::check::{self, CheckOptions};
-use kiln::export::{self, ExportOptions, ParamsMode};
+use kiln::export::{self, EmbedOptions, ExportOptions, ParamsMode};
 use kiln::graph::text;
 use kiln::graph::DType;
 use kiln::iree::Iree;
 use kiln::lower::{self, Emit, LowerOptions};
+use kiln::models::bert::{EmbedChoice, Pooling};
 use kiln::models::synth::{self, Preset, SynthData};
 use kiln::models::PackedPolicy;
 use kiln::weights::ggml::GgmlType;
@@ -106,9 +107,31 @@ enum Command {
         /// of eliding those over 1 MiB: the text then compiles.
         #[arg(long)]
         full_resources: bool,
+        /// Encoders: sentences per `embed` call.
+        #[arg(long, default_value_t = EmbedOptions::default().batch)]
+        batch: usize,
+        /// Encoders: pooling where the checkpoint does not say (no
+        /// sentence-transformers modules.json, a GGUF without pooling_type).
+        #[arg(long, value_parser = PossibleValuesParser::new(Pooling::ALL.map(|p| p.name())).try_map(|s| s.parse::<Pooling>()))]
+        pooling: Option<Pooling>,
+        /// Encoders: L2-normalize the vectors where the checkpoint does not
+        /// say (default: true).
+        #[arg(long)]
+        normalize: Option<bool>,
     },
     /// Compile an export with iree-compile for this CPU (writes DIR/model.vmfb).
     Compile { dir: PathBuf },
+    /// Embed sentences with a compiled encoder export's `embed`, through
+    /// IREE: one vector per line, or their cosine similarities.
+    Embed {
+        dir: PathBuf,
+        /// A sentence; repeat for more.
+        #[arg(long = "text", required = true)]
+        texts: Vec<String>,
+        /// Print the cosine similarity matrix instead of the vectors.
+        #[arg(long)]
+        similarity: bool,
+    },
     /// Continue a prompt with a compiled export's `generate`, through IREE.
     Run {
         dir: PathBuf,
@@ -258,7 +281,19 @@ fn run(cli: Cli) -> Result<()> {
                 anyhow::bail!("IREE's results differ from the reference interpreter (rtol {rtol}, atol {atol})");
             }
         }
-        Command::Export { model, output, params, packed, dtype, max_context, emit: form, full_resources } => {
+        Command::Export {
+            model,
+            output,
+            params,
+            packed,
+            dtype,
+            max_context,
+            emit: form,
+            full_resources,
+            batch,
+            pooling,
+            normalize,
+        } => {
             let dtype: DType = dtype.parse().map_err(|e| anyhow::anyhow!("--dtype: {e}"))?;
             let options = ExportOptions {
                 params,
@@ -274,6 +309,7 @@ fn run(cli: Cli) -> Result<()> {
                     EmitForm::Mlir => Emit::Mlir { elide_resources_over: Some(1 << 20) },
                     EmitForm::Mlirbc => Emit::Mlirbc,
                 }),
+                embed: EmbedOptions { batch, choice: EmbedChoice { pooling, normalize } },
             };
             let mut progress = Bars::default();
             let result = export::export(&model, &output, &options, &mut progress);
@@ -319,6 +355,28 @@ fn run(cli: Cli) -> Result<()> {
                 start.elapsed().as_secs_f64(),
                 c.iree_compile.seconds,
                 c.iree_compile.peak_rss as f64 / 1e6
+            );
+        }
+        Command::Embed { dir, texts, similarity } => {
+            let iree = Iree::locate()?;
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let e = export::embed(&dir, &texts, &iree)?;
+            let rows = match similarity {
+                true => e.cosine_similarities(),
+                false => e.vectors.clone(),
+            };
+            let mut out = String::new();
+            for row in rows {
+                let row: Vec<String> = row.iter().map(|v| format!("{v:.6}")).collect();
+                out += &format!("{}\n", row.join(" "));
+            }
+            emit(&out)?;
+            eprintln!(
+                "{} sentences ({} tokens) in {} call(s), {:.2} s (including module loads)",
+                texts.len(),
+                e.tokens.iter().map(Vec::len).sum::<usize>(),
+                e.calls,
+                e.seconds
             );
         }
         Command::Run { dir, prompt, max_new_tokens, decode_rate } => {

@@ -28,10 +28,11 @@ use plan::Plan;
 use crate::graph::{DType, Op};
 use crate::iree::{Iree, IreeError, ToolStats};
 use crate::lower::{self, Emit, LowerError, LowerOptions, Session, Signature};
+use crate::models::bert::{self, EmbedChoice, Pooling};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
 use crate::models::{scalar_i32, token_ids, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
 use crate::npy;
-use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::tokenizer::{Tokenizer, TokenizerError, WordPiece};
 use crate::weights::archive;
 use crate::weights::gguf::Gguf;
 use crate::weights::WeightsError;
@@ -152,6 +153,25 @@ pub struct ExportOptions {
     pub max_context: usize,
     /// The module's form; by default bytecode for inline params, else text.
     pub emit: Option<Emit>,
+    /// Encoders (BERT): sentences per `embed` call, and the pooling and
+    /// normalization where the checkpoint does not say.
+    pub embed: EmbedOptions,
+}
+
+/// How an encoder's `embed` is exported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmbedOptions {
+    /// Sentences per call: kiln's graphs have one run-time size, which the
+    /// sentence length takes, so the batch is fixed.
+    pub batch: usize,
+    /// Pooling and normalization for checkpoints that do not say.
+    pub choice: EmbedChoice,
+}
+
+impl Default for EmbedOptions {
+    fn default() -> Self {
+        EmbedOptions { batch: 8, choice: EmbedChoice::default() }
+    }
 }
 
 impl Default for ExportOptions {
@@ -162,6 +182,7 @@ impl Default for ExportOptions {
             dtype: DType::F32,
             max_context: 256,
             emit: None,
+            embed: EmbedOptions::default(),
         }
     }
 }
@@ -274,6 +295,29 @@ impl Source {
         }
     }
 
+    /// The encoder's config, if the checkpoint is one (HF `model_type`
+    /// bert, GGUF `general.architecture` bert), `choice` filling in what
+    /// it does not say.
+    pub fn encoder(&self, choice: EmbedChoice) -> Result<Option<bert::Config>> {
+        Ok(match self {
+            Source::Gguf(gguf) if gguf.get_str("general.architecture")? == "bert" => {
+                Some(bert::Config::from_gguf(gguf, choice)?)
+            }
+            Source::Hf { dir, checkpoint } if checkpoint.config.model_type == "bert" => {
+                Some(bert::Config::from_hf(&checkpoint.config, dir, choice)?)
+            }
+            _ => None,
+        })
+    }
+
+    /// An encoder checkpoint's WordPiece tokenizer.
+    pub fn wordpiece(&self) -> Result<WordPiece> {
+        match self {
+            Source::Gguf(gguf) => Ok(WordPiece::from_gguf(gguf)?),
+            Source::Hf { dir, .. } => Ok(WordPiece::from_hf_dir(dir)?),
+        }
+    }
+
     /// The checkpoint's own tokenizer.
     pub fn tokenizer(&self) -> Result<Tokenizer> {
         match self {
@@ -314,8 +358,27 @@ pub struct Manifest {
     #[serde(default)]
     pub compile_flags: Vec<String>,
     /// The module's public functions, as lowered: `prefill`, `decode` and
-    /// `generate`.
+    /// `generate`; an encoder's `embed`.
     pub functions: Vec<Signature>,
+    /// What an encoder's `embed` computes; absent for decoders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<Embedding>,
+}
+
+/// An encoder export's `embed(ids: tensor<BATCHx?xi32>, mask:
+/// tensor<BATCHx?xi32>) -> tensor<BATCHxDIMxf32>`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Embedding {
+    /// Sentences per call.
+    pub batch: usize,
+    /// Features of a sentence vector.
+    pub dim: usize,
+    /// How the token states are pooled.
+    pub pooling: Pooling,
+    /// Whether the vectors are L2-normalized.
+    pub normalize: bool,
+    /// Tokens a sentence is truncated to, `[CLS]` and `[SEP]` included.
+    pub max_length: usize,
 }
 
 /// One `--parameters=SCOPE=FILE` binding.
@@ -386,12 +449,15 @@ const ARCHIVE_FILE: &str = "params.irpa";
 pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut dyn Progress) -> Result<ExportSummary> {
     let start = Instant::now();
     let source = Source::open(model)?;
-    let family = source.family()?;
+    let program = match source.encoder(options.embed.choice)? {
+        Some(config) => Program::Encoder(config),
+        None => Program::Decoder(Box::new(source.family()?)),
+    };
     let weights = source.weights(options.packed, options.cast())?;
 
     progress.stage("tracing");
-    let serving = Serving::new(&family, &*weights, options.max_context)?;
-    let graphs = serving.greedy_loop().graphs();
+    let traced = Traced::new(&program, &*weights, options)?;
+    let graphs = traced.graphs();
     let names: BTreeSet<&str> = graphs.iter().flat_map(|g| g.params().map(|(_, name, _)| name)).collect();
     // What the summary says about the graphs, taken now: the graphs are
     // dropped once lowered, before the module is written.
@@ -404,13 +470,22 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         .values()
         .sum();
     let stored = names.iter().map(|name| weights.stored(name)).collect::<std::result::Result<_, _>>()?;
-    let plan = Plan::new(options, stored, source.unreadable_by_iree())?;
+    let mut plan = Plan::new(options, stored, source.unreadable_by_iree())?;
+    if let Program::Encoder(_) = program {
+        // Data tiling packs the pooling product's `?`-long operand with the
+        // last layer norm fused in, which iree-compile 3.13 vectorizes at
+        // `?` size and refuses ("large vector sizes").
+        plan.compile_flags.push("--iree-opt-data-tiling=false".into());
+    }
 
     progress.stage("lowering");
     let session = Session::new();
     let lowering = LowerOptions::default();
-    let module = session.lower_serving(&serving.greedy_loop(), &lowering, &plan.inits())?;
-    drop(serving);
+    let module = match &traced {
+        Traced::Serving(serving) => session.lower_serving(&serving.greedy_loop(), &lowering, &plan.inits())?,
+        Traced::Embed(graph) => session.lower_functions(&[graph], &lowering, &plan.inits())?,
+    };
+    drop(traced);
 
     let mut written = Output::create(dir)?;
     let tensor_files = source.tensor_files().into_iter().map(absolute).collect::<Result<_>>()?;
@@ -441,15 +516,28 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         kiln_version: env!("CARGO_PKG_VERSION").into(),
         source: absolute(source.path())?,
         format: source.format().into(),
-        architecture: family.name().into(),
+        architecture: program.name().into(),
         module: plan.module_file().into(),
         params: plan.mode,
         packed: plan.packed.to_string(),
-        max_context: options.max_context,
+        max_context: match &program {
+            Program::Decoder(_) => options.max_context,
+            Program::Encoder(c) => c.max_length,
+        },
         parameters,
         elided_resources: plan.elided_resources(),
         compile_flags: plan.compile_flags.clone(),
         functions: lower::signatures(&module),
+        embedding: match &program {
+            Program::Decoder(_) => None,
+            Program::Encoder(c) => Some(Embedding {
+                batch: options.embed.batch,
+                dim: c.hidden,
+                pooling: c.pooling,
+                normalize: c.normalize,
+                max_length: c.max_length,
+            }),
+        },
     };
     let manifest_path = dir.join(Manifest::FILE);
     let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes") + "\n";
@@ -471,6 +559,60 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         seconds: start.elapsed().as_secs_f64(),
         peak_rss: crate::peak_rss(),
     })
+}
+
+/// What a checkpoint is exported as.
+enum Program {
+    /// A decoder's serving functions.
+    Decoder(Box<Family>),
+    /// An encoder's `embed`.
+    Encoder(bert::Config),
+}
+
+impl Program {
+    fn name(&self) -> &str {
+        match self {
+            Program::Decoder(family) => family.name(),
+            Program::Encoder(_) => "bert",
+        }
+    }
+}
+
+/// The traced graphs of a [`Program`].
+enum Traced {
+    Serving(Box<Serving>),
+    Embed(crate::graph::Graph),
+}
+
+impl Traced {
+    /// Traces `program` over `weights`, every tensor of the model used
+    /// ([`Checkpoint::unused`]).
+    fn new(program: &Program, weights: &dyn Checkpoint, options: &ExportOptions) -> Result<Traced> {
+        Ok(match program {
+            Program::Decoder(family) => Traced::Serving(Box::new(Serving::new(family, weights, options.max_context)?)),
+            Program::Encoder(config) => {
+                if options.embed.batch == 0 {
+                    return Err(ExportError::Source {
+                        path: weights.path().to_path_buf(),
+                        message: "an embed batch of 0 sentences; export with `--batch N`, N >= 1".into(),
+                    });
+                }
+                let graph = bert::embed(config, weights, options.embed.batch)?;
+                let used: BTreeSet<&str> = graph.params().map(|(_, name, _)| name).collect();
+                if let Some(name) = weights.unused(&used, &[]) {
+                    return Err(ModelError::UnusedTensor { name, family: "bert".into() }.into());
+                }
+                Traced::Embed(graph)
+            }
+        })
+    }
+
+    fn graphs(&self) -> Vec<&crate::graph::Graph> {
+        match self {
+            Traced::Serving(serving) => serving.greedy_loop().graphs().to_vec(),
+            Traced::Embed(graph) => vec![graph],
+        }
+    }
 }
 
 fn absolute(path: &Path) -> Result<PathBuf> {
@@ -615,6 +757,100 @@ pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) ->
     Ok(Generation { prompt_tokens, tokens, text, seconds })
 }
 
+/// What [`embed`] produced.
+#[derive(Clone, Debug)]
+pub struct Embeddings {
+    /// Each sentence's ids, `[CLS]` and `[SEP]` included.
+    pub tokens: Vec<Vec<u32>>,
+    /// Each sentence's vector.
+    pub vectors: Vec<Vec<f32>>,
+    /// `embed` calls made: one per batch of the export's size.
+    pub calls: usize,
+    /// Wall time of the `iree-run-module` calls (module loads included).
+    pub seconds: f64,
+}
+
+impl Embeddings {
+    /// `cos(vᵢ, vⱼ)` for every pair of sentences.
+    pub fn cosine_similarities(&self) -> Vec<Vec<f32>> {
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        let v = &self.vectors;
+        v.iter().map(|a| v.iter().map(|b| dot(a, b) / (norm(a) * norm(b))).collect()).collect()
+    }
+}
+
+/// Embeds `texts` with a compiled encoder export's `embed`: each sentence
+/// tokenized by the checkpoint's WordPiece (truncated to the export's
+/// `max_length`), then [`embed_ids`].
+pub fn embed(dir: &Path, texts: &[&str], iree: &Iree) -> Result<Embeddings> {
+    let (manifest, embedding) = encoder_manifest(dir)?;
+    let tokenizer = Source::open(&manifest.source)?.wordpiece()?;
+    let ids: Vec<Vec<u32>> = texts.iter().map(|t| tokenizer.encode(t, embedding.max_length)).collect();
+    embed_ids(dir, &ids, tokenizer.pad(), iree)
+}
+
+/// Runs a compiled encoder export's `embed` on sentences given as ids,
+/// `batch` at a time (the last batch filled up with empty rows), each
+/// batch right-padded with `pad` to its longest sentence.
+pub fn embed_ids(dir: &Path, ids: &[Vec<u32>], pad: u32, iree: &Iree) -> Result<Embeddings> {
+    let (manifest, embedding) = encoder_manifest(dir)?;
+    let vmfb = dir.join(Manifest::VMFB);
+    if !vmfb.is_file() {
+        return Err(ExportError::NotReady {
+            path: vmfb,
+            message: "the module is not compiled; run `kiln compile DIR`".into(),
+        });
+    }
+    if let Some(long) = ids.iter().find(|s| s.is_empty() || s.len() > embedding.max_length) {
+        return Err(ExportError::Source {
+            path: manifest.source.clone(),
+            message: format!("a sentence of {} tokens; the export takes 1 to {}", long.len(), embedding.max_length),
+        });
+    }
+    let work = tempfile::tempdir().map_err(|error| ExportError::Io { path: std::env::temp_dir(), error })?;
+    let npy_path = |name: &str| work.path().join(name);
+    let parameters = manifest.parameter_paths(dir);
+    let bindings: Vec<(&str, &Path)> = parameters.iter().map(|(s, p)| (s.as_str(), p.as_path())).collect();
+    let (mut vectors, mut calls, start) = (Vec::new(), 0, Instant::now());
+    for chunk in ids.chunks(embedding.batch) {
+        let len = chunk.iter().map(Vec::len).max().unwrap_or(1);
+        let ty = crate::graph::TensorType::new([embedding.batch, len], crate::graph::DType::I32);
+        let (mut tokens, mut mask) = (vec![pad as i32; embedding.batch * len], vec![0; embedding.batch * len]);
+        for (row, sentence) in chunk.iter().enumerate() {
+            for (i, &id) in sentence.iter().enumerate() {
+                (tokens[row * len + i], mask[row * len + i]) = (id as i32, 1);
+            }
+        }
+        let value = |data| {
+            crate::interp::Value::new(ty.clone(), crate::interp::Buffer::I32(data)).expect("one i32 per position")
+        };
+        npy::write(&npy_path("ids.npy"), &value(tokens))?;
+        npy::write(&npy_path("mask.npy"), &value(mask))?;
+        let out = npy_path("out.npy");
+        iree.run(&vmfb, "embed", &[npy_path("ids.npy"), npy_path("mask.npy")], &bindings, std::slice::from_ref(&out))?;
+        let out = npy::read(&out)?.to_f64_vec();
+        vectors.extend(out.chunks(embedding.dim).take(chunk.len()).map(|v| v.iter().map(|&x| x as f32).collect()));
+        calls += 1;
+    }
+    Ok(Embeddings { tokens: ids.to_vec(), vectors, calls, seconds: start.elapsed().as_secs_f64() })
+}
+
+/// `dir`'s manifest, which must be an encoder's.
+fn encoder_manifest(dir: &Path) -> Result<(Manifest, Embedding)> {
+    let manifest = Manifest::read(dir)?;
+    let embedding = manifest.embedding.clone().ok_or_else(|| ExportError::Manifest {
+        path: dir.join(Manifest::FILE),
+        message: format!(
+            "a {} export has no `embed`; `kiln embed` takes an encoder (BERT) export",
+            manifest.architecture
+        ),
+    })?;
+    Ok((manifest, embedding))
+}
+
+#[cfg(test)]
+mod bert_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

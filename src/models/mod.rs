@@ -11,6 +11,7 @@
 //! checkpoints are read through [`hf`]; [`synth`] writes synthetic GGUFs of
 //! the families.
 
+pub mod bert;
 mod blocks;
 mod cache;
 pub mod config;
