@@ -102,4 +102,34 @@ fn tiny_bert_from_hf_and_gguf_matches_transformers() {
         let got = embed_ids(dir.path(), &r.ids, 0, &iree).unwrap();
         assert_close(&model.display().to_string(), &got.vectors, &r.vectors, 1e-4);
     }
+    // The GGUF's vocabulary, phantom spaces and all: "▁a" begins a word,
+    // "b" continues one ("##b").
+    let tokenizer = Source::open(&bert_dir().join("tiny/tiny.gguf")).unwrap().wordpiece().unwrap();
+    assert_eq!(tokenizer.encode("Abe cab, f", 16), [2, 5, 11, 14, 7, 10, 11, 1, 1, 3]);
+}
+
+/// all-MiniLM-L6-v2 converted to GGUF as llama.cpp's converter writes it
+/// (test/models/bert_to_gguf.py): its phantom-space vocabulary tokenizes
+/// the sentences to transformers' ids, and its `embed` (mean pooling from
+/// `bert.pooling_type`, L2 by default) gives sentence-transformers'
+/// vectors.
+#[test]
+fn minilm_gguf_matches_sentence_transformers() {
+    let r = reference("minilm.json");
+    let work = tempfile::tempdir().unwrap();
+    let gguf = work.path().join("minilm.gguf");
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/bert_to_gguf.py");
+    let out = std::process::Command::new(&python).arg(script).arg(minilm_dir()).arg(&gguf).output().unwrap();
+    assert!(out.status.success(), "bert_to_gguf.py: {}", String::from_utf8_lossy(&out.stderr));
+    let tokenizer = Source::open(&gguf).unwrap().wordpiece().unwrap();
+    for (sentence, ids) in r.sentences.iter().zip(&r.ids) {
+        assert_eq!(&tokenizer.encode(sentence, 256), ids, "{sentence:?}");
+    }
+    let options =
+        ExportOptions { embed: EmbedOptions { batch: 4, ..EmbedOptions::default() }, ..ExportOptions::default() };
+    let (dir, _) = export_and_compile(&gguf, &options);
+    let texts: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
+    let e = embed(dir.path(), &texts, &Iree::for_tests()).unwrap();
+    assert_close("minilm gguf", &e.vectors, &r.vectors, 1e-5);
 }

@@ -538,6 +538,44 @@ pub fn embed(config: &Config, weights: &dyn Checkpoint, batch: usize) -> Result<
 mod tests {
     use super::*;
 
+    fn config_json(extra: &str) -> HfConfig {
+        HfConfig::parse(&format!(
+            r#"{{"model_type": "bert", "architectures": ["BertModel"], "hidden_size": 16,
+                "num_attention_heads": 2, "num_hidden_layers": 1, "intermediate_size": 24,
+                "vocab_size": 16{extra}}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn what_kiln_does_not_compute_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let choice = EmbedChoice { pooling: Some(Pooling::Mean), normalize: None };
+        let config = Config::from_hf(&config_json(""), dir.path(), choice).unwrap();
+        assert_eq!(
+            (config.pooling, config.normalize, config.max_length, config.eps),
+            (Pooling::Mean, true, 512, 1e-12)
+        );
+        for (extra, named) in [
+            (r#", "position_embedding_type": "relative_key""#, "position_embedding_type = \"relative_key\""),
+            (r#", "hidden_act": "gelu_new""#, "hidden_act = \"gelu_new\""),
+            (r#", "is_decoder": true"#, "is_decoder = true"),
+            (r#", "rotary_value": 1"#, "rotary_value = 1"),
+        ] {
+            let err = Config::from_hf(&config_json(extra), dir.path(), choice).unwrap_err().to_string();
+            assert!(err.contains(named), "{extra}: {err}");
+        }
+        let err = Config::from_hf(&config_json(""), dir.path(), EmbedChoice::default()).unwrap_err().to_string();
+        assert!(err.contains("--pooling"), "no sentence-transformers files and no choice: {err}");
+        std::fs::write(
+            dir.path().join("modules.json"),
+            r#"[{"type": "sentence_transformers.models.Dense", "path": "2_Dense"}]"#,
+        )
+        .unwrap();
+        let err = Config::from_hf(&config_json(""), dir.path(), choice).unwrap_err().to_string();
+        assert!(err.contains("Dense"), "{err}");
+    }
+
     #[test]
     fn pooling_modes_are_read_or_refused_by_name() {
         let mean = serde_json::json!({"pooling_mode_mean_tokens": true, "pooling_mode_cls_token": false});

@@ -22,7 +22,8 @@ OUT_DIR defaults to test/models/bert. It writes:
   saved by transformers, with sentence-transformers' modules.json and a
   CLS Pooling config (no Normalize); tiny/tiny.gguf, the same model as
   llama.cpp's converter (conversion/bert.py) writes it, in f32; and
-  tiny/reference.json, the CLS vectors of IDS, one padded batch.
+  tiny/reference.json, the CLS vectors of IDS, one padded batch. tiny.gguf
+  is written by bert_to_gguf.py.
 """
 
 import importlib.metadata
@@ -30,11 +31,12 @@ import json
 import sys
 from pathlib import Path
 
-import gguf
 import numpy as np
 import torch
 import transformers
 from transformers import AutoTokenizer, BertConfig, BertModel
+
+from bert_to_gguf import convert as bert_to_gguf
 
 HERE = Path(__file__).resolve().parent
 ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
@@ -122,71 +124,8 @@ def tiny():
     with torch.no_grad():
         cls = model(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
     (d / "reference.json").write_text(json.dumps({"ids": IDS, "vectors": cls.tolist(), "versions": versions()}) + "\n")
-    to_gguf(model, config, d / "tiny.gguf")
+    bert_to_gguf(d, d / "tiny.gguf")
     print("tiny:", cls.shape)
-
-
-# llama.cpp conversion/bert.py (BertModel): HF name -> GGUF name.
-BLOCK = {
-    "attention.self.query": "attn_q", "attention.self.key": "attn_k", "attention.self.value": "attn_v",
-    "attention.output.dense": "attn_output", "attention.output.LayerNorm": "attn_output_norm",
-    "intermediate.dense": "ffn_up", "output.dense": "ffn_down", "output.LayerNorm": "layer_output_norm",
-}
-TOP = {
-    "embeddings.word_embeddings": "token_embd", "embeddings.position_embeddings": "position_embd",
-    "embeddings.token_type_embeddings": "token_types", "embeddings.LayerNorm": "token_embd_norm",
-}
-
-
-def to_gguf(model, config, path):
-    w = gguf.GGUFWriter(str(path), "bert")
-    w.add_name("tiny-bert")
-    w.add_context_length(config.max_position_embeddings)
-    w.add_embedding_length(config.hidden_size)
-    w.add_feed_forward_length(config.intermediate_size)
-    w.add_block_count(config.num_hidden_layers)
-    w.add_head_count(config.num_attention_heads)
-    w.add_layer_norm_eps(config.layer_norm_eps)
-    w.add_causal_attention(False)
-    w.add_pooling_type(gguf.PoolingType.CLS)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    # The vocabulary as conversion/bert.py writes WordPiece (`phantom`):
-    # "[...]" as it is, "##x" as "x", a word-initial "x" as "▁x".
-    letters = [chr(ord("a") + i) for i in range((config.vocab_size - 5) // 2)]
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + letters + ["##" + c for c in letters]
-    vocab += ["z"] * (config.vocab_size - len(vocab))
-
-    def phantom(t):
-        if t.startswith("[") and t.endswith("]"):
-            return t
-        return t[2:] if t.startswith("##") else "\u2581" + t
-
-    tokens = [phantom(t) for t in vocab]
-    w.add_tokenizer_model("bert")
-    w.add_token_list(tokens)
-    w.add_token_types([gguf.TokenType.CONTROL] * 5 + [gguf.TokenType.NORMAL] * (len(vocab) - 5))
-    w.add_token_type_count(config.type_vocab_size)
-    w.add_unk_token_id(1)
-    w.add_sep_token_id(3)
-    w.add_pad_token_id(0)
-    w.add_mask_token_id(4)
-    # gguf.SpecialVocab writes BERT's [CLS] as the BOS and [SEP] as the EOS too.
-    w.add_bos_token_id(2)
-    w.add_eos_token_id(3)
-    for name, t in model.state_dict().items():
-        if name == "embeddings.position_ids":
-            continue
-        base, kind = name.rsplit(".", 1)
-        if base.startswith("encoder.layer."):
-            i, rest = base[len("encoder.layer."):].split(".", 1)
-            new = f"blk.{i}.{BLOCK[rest]}.{kind}"
-        else:
-            new = f"{TOP[base]}.{kind}"
-        w.add_tensor(new, t.numpy().astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
 
 
 if __name__ == "__main__":
