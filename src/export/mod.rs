@@ -716,6 +716,12 @@ pub struct Generation {
 /// checkpoint's own tokenizer) for up to `max_new_tokens` tokens.
 pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) -> Result<Generation> {
     let manifest = Manifest::read(dir)?;
+    if manifest.embedding.is_some() {
+        return Err(ExportError::NotReady {
+            path: dir.to_path_buf(),
+            message: "an encoder export has `embed`, no `generate`: run `kiln embed DIR --text ...`".into(),
+        });
+    }
     let vmfb = dir.join(Manifest::VMFB);
     if !vmfb.is_file() {
         return Err(ExportError::NotReady {

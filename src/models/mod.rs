@@ -75,7 +75,9 @@ pub enum ModelError {
     #[error(transparent)]
     Weights(#[from] WeightsError),
     /// The GGUF's `general.architecture` is not a supported family.
-    #[error("unknown general.architecture \"{0}\" (supported: llama, qwen2, qwen3, gemma3, gemma3n)")]
+    #[error(
+        "unknown general.architecture \"{0}\" (supported: llama, qwen2, qwen3, gemma3, gemma3n; bert as an encoder)"
+    )]
     UnknownArchitecture(String),
     /// The HF `config.json`'s `model_type` or `architectures[0]` is not a
     /// supported family or model class.
