@@ -402,6 +402,10 @@ impl<'t> Block<'t> {
 /// T]` (i1) keeps, every query seeing every kept key of its sentence:
 /// `softmax(q·kᵀ·scale, masked) · v`. Masked scores are `f32::MIN` rather
 /// than `-inf`, so a padding query's row stays finite (it is pooled away).
+/// Not [`crate::trace::nn::attention`]: its masks are shared by the batch
+/// (`[seq, kv_seq]`), and a per-sentence one would go through its
+/// grouped-heads reshape with two `?` dims, which kiln's lowering cannot
+/// size.
 fn padded_attention<'t>(
     q: &Tensor<'t>,
     k: &Tensor<'t>,
