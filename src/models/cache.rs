@@ -133,6 +133,9 @@ pub struct KvCache<'t> {
     pub values: Cache<'t>,
     /// The position of this call's first token, `tensor<i32>`.
     pub start: Tensor<'t>,
+    /// Nothing is written before this call (`start` is 0): its tokens
+    /// attend to their own keys ([`super::Keys::Own`]).
+    pub empty: bool,
 }
 
 impl<'t> KvCache<'t> {

@@ -509,14 +509,16 @@ pub trait Decoder<'t> {
     fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>>;
 
     /// [`Decoder::forward`] at the cache's next positions: the last
-    /// position's logits, `[1, vocab]`. One token attends over the cache's
-    /// filled positions only ([`Keys::Filled`]); more attend over the whole
-    /// cache under a mask.
+    /// position's logits, `[1, vocab]`. Into an empty cache the tokens
+    /// attend to their own keys only ([`Keys::Own`]); one token attends
+    /// over the cache's filled positions only ([`Keys::Filled`]); more
+    /// attend over the whole cache under a mask.
     fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
         let seq = tokens.ty.shape[0];
         let positions = cache.positions(seq)?;
         let start = cache.start.clone();
         let keys = match seq {
+            _ if cache.empty => Keys::Own,
             1 => Keys::Filled,
             _ => Keys::Masked { len: cache.context(), q_offset: (&start).into() },
         };
@@ -547,6 +549,11 @@ pub enum Keys<'a, 't> {
         /// The first query's position among the keys.
         q_offset: QueryOffset<'a, 't>,
     },
+    /// This call's keys only, causally from position 0: the call fills an
+    /// empty cache (`prefill`), so its own keys are all there is, and its
+    /// attention costs what the prompt holds, not the capacity. They are
+    /// still written into the cache, for the calls after it.
+    Own,
     /// One query at the cache's next position (`cache.start`): it attends
     /// to the positions written so far, up to and including its own (the
     /// last `window` of them on a sliding layer), which the cache slices
@@ -719,7 +726,7 @@ pub fn entry_points(
         let (keys, values) = model.cache_types(max_context);
         let (keys, values) = (t.constant(0.0, keys)?, t.constant(0.0, values)?);
         let start = t.constant(0.0, TensorType::new([], DType::I32))?;
-        finish_cached(&t, &*model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start })?
+        finish_cached(&t, &*model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start, empty: true })?
     };
     let decode = {
         let t = Tracer::new("decode");
@@ -728,7 +735,8 @@ pub fn entry_points(
         let start = t.input("position", TensorType::new([], DType::I32))?;
         let (keys, values) = model.cache_types(max_context);
         let (keys, values) = (t.input("keys", keys)?, t.input("values", values)?);
-        finish_cached(&t, &*model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start })?
+        let cache = KvCache { keys: Cache(keys), values: Cache(values), start, empty: false };
+        finish_cached(&t, &*model, &tokens, cache)?
     };
     Ok(vec![prefill, decode])
 }
