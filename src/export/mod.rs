@@ -25,11 +25,13 @@ mod plan;
 
 use plan::Plan;
 
-use crate::graph::{DType, Op};
+use crate::graph::{DType, Op, TensorType};
 use crate::iree::{Iree, IreeError, ToolStats};
 use crate::lower::{self, Emit, LowerError, LowerOptions, Session, Signature};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
-use crate::models::{scalar_i32, token_ids, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
+use crate::models::{
+    scalar_i32, token_ids, CacheSpec, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving,
+};
 use crate::npy;
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use crate::weights::archive;
@@ -148,8 +150,12 @@ pub struct ExportOptions {
     /// In archive mode, every dense param's dtype (the CLI's `--dtype` sets
     /// this and the dequantize dtype).
     pub dtype: DType,
-    /// Positions of the KV cache: prompt plus generated tokens.
-    pub max_context: usize,
+    /// Positions of the KV cache: prompt plus generated tokens. By default
+    /// ([`None`]) the model's own context length, capped so that the caches
+    /// fit in [`DEFAULT_CACHE_BUDGET`] ([`default_max_context`]).
+    pub max_context: Option<usize>,
+    /// The KV cache's element type: f32, f16 or bf16 ([`CacheSpec::DTYPES`]).
+    pub kv_dtype: DType,
     /// The module's form; by default bytecode for inline params, else text.
     pub emit: Option<Emit>,
 }
@@ -160,9 +166,36 @@ impl Default for ExportOptions {
             params: ParamsMode::Reference,
             packed: PackedPolicy::Fail,
             dtype: DType::F32,
-            max_context: 256,
+            max_context: None,
+            kv_dtype: DType::F32,
             emit: None,
         }
+    }
+}
+
+/// The most bytes the two KV caches take at the default capacity: about
+/// the packed weights of the 1B-class models people serve (Llama-3.2-1B
+/// Q4_K_M is 0.8 GB), so the default at most about doubles what a served
+/// model holds in memory. Llama-3.2-1B (f32) gets 16384 of its 131072
+/// positions, Llama-3-8B 4096; SmolLM2 (8192) and Gemma-3-270M (32768 in
+/// f16) get their whole context.
+pub const DEFAULT_CACHE_BUDGET: u64 = 1 << 30;
+
+/// A checkpoint that does not say its context length gets this many
+/// positions by default (as llama.cpp's `llama-cli` does).
+pub const FALLBACK_CONTEXT: usize = 4096;
+
+/// The default capacity: the model's own context length (`context`, else
+/// [`FALLBACK_CONTEXT`]), or, where caches of `position_bytes` per position
+/// would pass [`DEFAULT_CACHE_BUDGET`] at that length, the largest power of
+/// two that fits.
+pub fn default_max_context(context: Option<usize>, position_bytes: u64) -> usize {
+    let own = context.unwrap_or(FALLBACK_CONTEXT).max(1);
+    let fits = (DEFAULT_CACHE_BUDGET / position_bytes.max(1)).max(1) as usize;
+    if own <= fits {
+        own
+    } else {
+        1 << fits.ilog2()
     }
 }
 
@@ -249,6 +282,21 @@ impl Source {
         }
     }
 
+    /// The positions the model was trained for: GGUF
+    /// `{arch}.context_length`, HF `max_position_embeddings`.
+    pub fn context_length(&self) -> Option<usize> {
+        match self {
+            Source::Gguf(gguf) => {
+                let arch = gguf.get_str("general.architecture").ok()?;
+                gguf.get_u64(&format!("{arch}.context_length")).ok().map(|n| n as usize)
+            }
+            Source::Hf { checkpoint, .. } => {
+                let keys = checkpoint.config.text_keys()?;
+                keys.get("max_position_embeddings")?.as_u64().map(|n| n as usize)
+            }
+        }
+    }
+
     /// The model family and its hyper-parameters, from the checkpoint's metadata.
     pub fn family(&self) -> Result<Family> {
         Ok(match self {
@@ -303,6 +351,10 @@ pub struct Manifest {
     pub packed: String,
     /// Positions of the KV cache: the most prompt plus generated tokens.
     pub max_context: usize,
+    /// The KV caches' element type (`f32`, `f16`, `bf16`): `prefill`
+    /// returns them, `decode` takes and returns them in it.
+    #[serde(default = "f32_name")]
+    pub kv_dtype: String,
     /// `--parameters=SCOPE=FILE` bindings; relative files are in the directory.
     pub parameters: Vec<ParameterFile>,
     /// Inline weights were elided from the text (`--emit mlir` without
@@ -316,6 +368,10 @@ pub struct Manifest {
     /// The module's public functions, as lowered: `prefill`, `decode` and
     /// `generate`.
     pub functions: Vec<Signature>,
+}
+
+fn f32_name() -> String {
+    DType::F32.as_str().into()
 }
 
 /// One `--parameters=SCOPE=FILE` binding.
@@ -359,6 +415,8 @@ pub struct ExportSummary {
     pub params: usize,
     /// Elements over every param.
     pub param_elements: u64,
+    /// Bytes of the two KV caches at capacity.
+    pub cache_bytes: u64,
     /// Params written into the archive or the module, and their bytes.
     pub params_written: usize,
     /// Every file's bytes: module, archive and manifest.
@@ -390,7 +448,19 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     let weights = source.weights(options.packed, options.cast())?;
 
     progress.stage("tracing");
-    let serving = Serving::new(&family, &*weights, options.max_context)?;
+    let bytes = |(keys, values): (TensorType, TensorType)| {
+        [keys, values].iter().map(|ty| (ty.num_elements() * ty.dtype.size_in_bytes()) as u64).sum::<u64>()
+    };
+    let max_context = match options.max_context {
+        Some(n) => n,
+        None => {
+            let one = crate::models::cache_types(&family, &*weights, CacheSpec::new(1, options.kv_dtype)?)?;
+            default_max_context(source.context_length(), bytes(one))
+        }
+    };
+    let cache = CacheSpec::new(max_context, options.kv_dtype)?;
+    let cache_bytes = bytes(crate::models::cache_types(&family, &*weights, cache)?);
+    let serving = Serving::new(&family, &*weights, cache)?;
     let graphs = serving.greedy_loop().graphs();
     let names: BTreeSet<&str> = graphs.iter().flat_map(|g| g.params().map(|(_, name, _)| name)).collect();
     // What the summary says about the graphs, taken now: the graphs are
@@ -445,7 +515,8 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         module: plan.module_file().into(),
         params: plan.mode,
         packed: plan.packed.to_string(),
-        max_context: options.max_context,
+        max_context,
+        kv_dtype: options.kv_dtype.as_str().into(),
         parameters,
         elided_resources: plan.elided_resources(),
         compile_flags: plan.compile_flags.clone(),
@@ -463,6 +534,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         ops,
         params: plan.params.len(),
         param_elements,
+        cache_bytes,
         params_written: plan.written(),
         bytes_written,
         stale_temps,

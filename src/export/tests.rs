@@ -15,7 +15,7 @@ const NEW_TOKENS: usize = 16;
 const MAX_CONTEXT: usize = 64;
 
 fn options(params: ParamsMode, packed: PackedPolicy) -> ExportOptions {
-    ExportOptions { params, packed, max_context: MAX_CONTEXT, ..ExportOptions::default() }
+    ExportOptions { params, packed, max_context: Some(MAX_CONTEXT), ..ExportOptions::default() }
 }
 
 /// Exports and compiles `model`, reporting the figures.
@@ -369,7 +369,7 @@ fn every_ggml_type_runs_from_its_gguf() {
             _ => PackedPolicy::Dequantize(DType::F32),
         };
         let dir = work.path().join(ty.name());
-        let options = ExportOptions { packed, max_context: 16, ..ExportOptions::default() };
+        let options = ExportOptions { packed, max_context: Some(16), ..ExportOptions::default() };
         let summary = export(&model, &dir, &options, &mut ()).unwrap_or_else(|e| panic!("{ty}: export: {e}"));
         let readable = plan::IREE_GGUF_TYPES.contains(&ty);
         let mode = summary.manifest.params;
