@@ -26,10 +26,10 @@ const DECODE_STEPS: usize = 3;
 const TOLERANCE: f64 = 1e-4;
 /// |kiln - transformers| with an f16 KV cache: each key and value rounded
 /// to 11 significant bits (relative error up to 2^-11) moves the logits by
-/// up to 1.8e-2 on these checkpoints.
+/// up to 1.3e-2 on these checkpoints.
 const F16_TOLERANCE: f64 = 3e-2;
-/// With a bf16 cache (8 significant bits, 8x f16's rounding): up to 1.8e-1.
-const BF16_TOLERANCE: f64 = 3e-1;
+/// With a bf16 cache (8 significant bits, 8x f16's rounding): up to 9.9e-2.
+const BF16_TOLERANCE: f64 = 2e-1;
 
 fn case_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/transformers").join(name)
@@ -262,8 +262,8 @@ fn unused_tensors_are_refused_but_not_the_vision_tower() {
 /// Every case by the interpreter with f32, f16 and bf16 KV caches: the
 /// largest |kiln - transformers| of each, within [`TOLERANCE`],
 /// [`F16_TOLERANCE`] and [`BF16_TOLERANCE`]. Measured: f32 1e-6 to 1.5e-5,
-/// f16 2.5e-3 to 1.8e-2, bf16 1.3e-2 to 1.8e-1 (Gemma 3n the largest both
-/// times), with logits of magnitude 1 to 10.
+/// f16 1.9e-3 to 1.3e-2, bf16 9.7e-3 to 9.9e-2 (Qwen2 the largest), with
+/// logits of magnitude 3 to 9.
 #[test]
 fn kv_dtypes_against_transformers() {
     let cases = [
