@@ -97,9 +97,16 @@ enum Command {
         /// `--params archive`.
         #[arg(long, value_parser = ["f32", "f16", "bf16"], default_value = "f32")]
         dtype: String,
-        /// KV cache positions: prompt plus generated tokens.
-        #[arg(long, default_value_t = 256)]
-        max_context: usize,
+        /// KV cache positions: prompt plus generated tokens. By default the
+        /// model's own context length, capped so that the two caches fit
+        /// in 1 GiB (the summary prints the capacity and the caches' bytes).
+        #[arg(long)]
+        max_context: Option<usize>,
+        /// Element type of the KV cache: rows are rounded to it when
+        /// written and read back as f32 (f16, as llama.cpp's, takes half
+        /// f32's memory at the same decode speed).
+        #[arg(long, value_parser = ["f32", "f16", "bf16"], default_value = "f16")]
+        kv_dtype: String,
         /// Module form; by default bytecode with `--params inline`, else text.
         #[arg(long, value_enum)]
         emit: Option<EmitForm>,
@@ -288,6 +295,7 @@ fn run(cli: Cli) -> Result<()> {
             packed,
             dtype,
             max_context,
+            kv_dtype,
             emit: form,
             full_resources,
             batch,
@@ -295,6 +303,7 @@ fn run(cli: Cli) -> Result<()> {
             normalize,
         } => {
             let dtype: DType = dtype.parse().map_err(|e| anyhow::anyhow!("--dtype: {e}"))?;
+            let kv_dtype: DType = kv_dtype.parse().map_err(|e| anyhow::anyhow!("--kv-dtype: {e}"))?;
             let options = ExportOptions {
                 params,
                 packed: match packed {
@@ -304,6 +313,7 @@ fn run(cli: Cli) -> Result<()> {
                 },
                 dtype,
                 max_context,
+                kv_dtype,
                 emit: form.map(|f| match f {
                     EmitForm::Mlir if full_resources => Emit::default(),
                     EmitForm::Mlir => Emit::Mlir { elide_resources_over: Some(1 << 20) },
@@ -334,6 +344,24 @@ fn run(cli: Cli) -> Result<()> {
                 s.seconds,
                 s.peak_rss.map_or("unknown".into(), |b| format!("{:.1} MB", b as f64 / 1e6)),
             );
+            if let Some(e) = &m.embedding {
+                println!(
+                    "  embed: {} sentences a call, up to {} tokens each, {} pooling{}, {} features",
+                    e.batch,
+                    e.max_length,
+                    e.pooling.name(),
+                    if e.normalize { " then L2" } else { "" },
+                    e.dim
+                );
+            } else {
+                println!(
+                    "  KV cache: {} positions of {}, {} bytes ({:.1} MB) for keys and values",
+                    m.max_context,
+                    m.kv_dtype,
+                    s.cache_bytes,
+                    s.cache_bytes as f64 / 1e6
+                );
+            }
             if let Some((bytes, seconds)) = s.archive {
                 println!("  archive: {bytes} bytes in {seconds:.2} s ({:.0} MB/s)", bytes as f64 / seconds / 1e6);
             }

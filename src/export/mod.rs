@@ -25,12 +25,14 @@ mod plan;
 
 use plan::Plan;
 
-use crate::graph::{DType, Op};
+use crate::graph::{DType, Op, TensorType};
 use crate::iree::{Iree, IreeError, ToolStats};
 use crate::lower::{self, Emit, LowerError, LowerOptions, Session, Signature};
 use crate::models::bert::{self, EmbedChoice, Pooling};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
-use crate::models::{scalar_i32, token_ids, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
+use crate::models::{
+    scalar_i32, token_ids, CacheSpec, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving,
+};
 use crate::npy;
 use crate::tokenizer::{Tokenizer, TokenizerError, WordPiece};
 use crate::weights::archive;
@@ -149,8 +151,16 @@ pub struct ExportOptions {
     /// In archive mode, every dense param's dtype (the CLI's `--dtype` sets
     /// this and the dequantize dtype).
     pub dtype: DType,
-    /// Positions of the KV cache: prompt plus generated tokens.
-    pub max_context: usize,
+    /// Positions of the KV cache: prompt plus generated tokens. By default
+    /// ([`None`]) the model's own context length, capped so that the caches
+    /// fit in [`DEFAULT_CACHE_BUDGET`] ([`default_max_context`]).
+    pub max_context: Option<usize>,
+    /// The KV cache's element type: f32, f16 or bf16 ([`CacheSpec::DTYPES`]).
+    /// f16 by default, as llama.cpp's: decode runs as fast as with f32 (the
+    /// conversions fuse into attention's products), the caches take half
+    /// the memory, and logits stay within 2e-2 of transformers' on the
+    /// fixtures (f32: 2e-5). README's "KV cache dtype" has the figures.
+    pub kv_dtype: DType,
     /// The module's form; by default bytecode for inline params, else text.
     pub emit: Option<Emit>,
     /// Encoders (BERT): sentences per `embed` call, and the pooling and
@@ -180,10 +190,37 @@ impl Default for ExportOptions {
             params: ParamsMode::Reference,
             packed: PackedPolicy::Fail,
             dtype: DType::F32,
-            max_context: 256,
+            max_context: None,
+            kv_dtype: DType::F16,
             emit: None,
             embed: EmbedOptions::default(),
         }
+    }
+}
+
+/// The most bytes the two KV caches take at the default capacity: about
+/// the packed weights of the 1B-class models people serve (Llama-3.2-1B
+/// Q4_K_M is 0.8 GB), so the default at most about doubles what a served
+/// model holds in memory. With f16 caches Llama-3.2-1B gets 32768 of its
+/// 131072 positions, Llama-3-8B 8192; SmolLM2 (8192) and Gemma-3-270M
+/// (32768) get their whole context.
+pub const DEFAULT_CACHE_BUDGET: u64 = 1 << 30;
+
+/// A checkpoint that does not say its context length gets this many
+/// positions by default (as llama.cpp's `llama-cli` does).
+pub const FALLBACK_CONTEXT: usize = 4096;
+
+/// The default capacity: the model's own context length (`context`, else
+/// [`FALLBACK_CONTEXT`]), or, where caches of `position_bytes` per position
+/// would pass [`DEFAULT_CACHE_BUDGET`] at that length, the largest power of
+/// two that fits.
+pub fn default_max_context(context: Option<usize>, position_bytes: u64) -> usize {
+    let own = context.unwrap_or(FALLBACK_CONTEXT).max(1);
+    let fits = (DEFAULT_CACHE_BUDGET / position_bytes.max(1)).max(1) as usize;
+    if own <= fits {
+        own
+    } else {
+        1 << fits.ilog2()
     }
 }
 
@@ -270,6 +307,21 @@ impl Source {
         }
     }
 
+    /// The positions the model was trained for: GGUF
+    /// `{arch}.context_length`, HF `max_position_embeddings`.
+    pub fn context_length(&self) -> Option<usize> {
+        match self {
+            Source::Gguf(gguf) => {
+                let arch = gguf.get_str("general.architecture").ok()?;
+                gguf.get_u64(&format!("{arch}.context_length")).ok().map(|n| n as usize)
+            }
+            Source::Hf { checkpoint, .. } => {
+                let keys = checkpoint.config.text_keys()?;
+                keys.get("max_position_embeddings")?.as_u64().map(|n| n as usize)
+            }
+        }
+    }
+
     /// The model family and its hyper-parameters, from the checkpoint's metadata.
     pub fn family(&self) -> Result<Family> {
         Ok(match self {
@@ -347,6 +399,10 @@ pub struct Manifest {
     pub packed: String,
     /// Positions of the KV cache: the most prompt plus generated tokens.
     pub max_context: usize,
+    /// The KV caches' element type (`f32`, `f16`, `bf16`): `prefill`
+    /// returns them, `decode` takes and returns them in it.
+    #[serde(default = "f32_name")]
+    pub kv_dtype: String,
     /// `--parameters=SCOPE=FILE` bindings; relative files are in the directory.
     pub parameters: Vec<ParameterFile>,
     /// Inline weights were elided from the text (`--emit mlir` without
@@ -379,6 +435,10 @@ pub struct Embedding {
     pub normalize: bool,
     /// Tokens a sentence is truncated to, `[CLS]` and `[SEP]` included.
     pub max_length: usize,
+}
+
+fn f32_name() -> String {
+    DType::F32.as_str().into()
 }
 
 /// One `--parameters=SCOPE=FILE` binding.
@@ -422,6 +482,8 @@ pub struct ExportSummary {
     pub params: usize,
     /// Elements over every param.
     pub param_elements: u64,
+    /// Bytes of the two KV caches at capacity.
+    pub cache_bytes: u64,
     /// Params written into the archive or the module, and their bytes.
     pub params_written: usize,
     /// Every file's bytes: module, archive and manifest.
@@ -456,7 +518,25 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     let weights = source.weights(options.packed, options.cast())?;
 
     progress.stage("tracing");
-    let traced = Traced::new(&program, &*weights, options)?;
+    let (traced, max_context, cache_bytes) = match &program {
+        Program::Decoder(family) => {
+            let bytes = |(keys, values): (TensorType, TensorType)| {
+                [keys, values].iter().map(|ty| (ty.num_elements() * ty.dtype.size_in_bytes()) as u64).sum::<u64>()
+            };
+            let max_context = match options.max_context {
+                Some(n) => n,
+                None => {
+                    let one = crate::models::cache_types(family, &*weights, CacheSpec::new(1, options.kv_dtype)?)?;
+                    default_max_context(source.context_length(), bytes(one))
+                }
+            };
+            let cache = CacheSpec::new(max_context, options.kv_dtype)?;
+            let cache_bytes = bytes(crate::models::cache_types(family, &*weights, cache)?);
+            (Traced::Serving(Box::new(Serving::new(family, &*weights, cache)?)), max_context, cache_bytes)
+        }
+        // No cache: the capacity is the longest sentence.
+        Program::Encoder(config) => (Traced::embed(config, &*weights, options)?, config.max_length, 0),
+    };
     let graphs = traced.graphs();
     let names: BTreeSet<&str> = graphs.iter().flat_map(|g| g.params().map(|(_, name, _)| name)).collect();
     // What the summary says about the graphs, taken now: the graphs are
@@ -520,10 +600,8 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         module: plan.module_file().into(),
         params: plan.mode,
         packed: plan.packed.to_string(),
-        max_context: match &program {
-            Program::Decoder(_) => options.max_context,
-            Program::Encoder(c) => c.max_length,
-        },
+        max_context,
+        kv_dtype: options.kv_dtype.as_str().into(),
         parameters,
         elided_resources: plan.elided_resources(),
         compile_flags: plan.compile_flags.clone(),
@@ -551,6 +629,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         ops,
         params: plan.params.len(),
         param_elements,
+        cache_bytes,
         params_written: plan.written(),
         bytes_written,
         stale_temps,
@@ -585,26 +664,21 @@ enum Traced {
 }
 
 impl Traced {
-    /// Traces `program` over `weights`, every tensor of the model used
+    /// The encoder's `embed`, every tensor of the model used
     /// ([`Checkpoint::unused`]).
-    fn new(program: &Program, weights: &dyn Checkpoint, options: &ExportOptions) -> Result<Traced> {
-        Ok(match program {
-            Program::Decoder(family) => Traced::Serving(Box::new(Serving::new(family, weights, options.max_context)?)),
-            Program::Encoder(config) => {
-                if options.embed.batch == 0 {
-                    return Err(ExportError::Source {
-                        path: weights.path().to_path_buf(),
-                        message: "an embed batch of 0 sentences; export with `--batch N`, N >= 1".into(),
-                    });
-                }
-                let graph = bert::embed(config, weights, options.embed.batch)?;
-                let used: BTreeSet<&str> = graph.params().map(|(_, name, _)| name).collect();
-                if let Some(name) = weights.unused(&used, &[]) {
-                    return Err(ModelError::UnusedTensor { name, family: "bert".into() }.into());
-                }
-                Traced::Embed(graph)
-            }
-        })
+    fn embed(config: &bert::Config, weights: &dyn Checkpoint, options: &ExportOptions) -> Result<Traced> {
+        if options.embed.batch == 0 {
+            return Err(ExportError::Source {
+                path: weights.path().to_path_buf(),
+                message: "an embed batch of 0 sentences; export with `--batch N`, N >= 1".into(),
+            });
+        }
+        let graph = bert::embed(config, weights, options.embed.batch)?;
+        let used: BTreeSet<&str> = graph.params().map(|(_, name, _)| name).collect();
+        if let Some(name) = weights.unused(&used, &[]) {
+            return Err(ModelError::UnusedTensor { name, family: "bert".into() }.into());
+        }
+        Ok(Traced::Embed(graph))
     }
 
     fn graphs(&self) -> Vec<&crate::graph::Graph> {

@@ -158,6 +158,10 @@ impl<'t> Positional<'t> {
         let (t, seq) = (at.positions.tracer(), at.positions.ty.shape[0]);
         let visible = match at.keys {
             Keys::Filled => Visible::Filled { window },
+            Keys::Own => Visible::Own(match window {
+                Some(window) => sliding_window_mask(t, seq, seq, 0, window)?,
+                None => causal_mask(t, seq, seq, 0)?,
+            }),
             Keys::Masked { len, q_offset } => Visible::Masked(match window {
                 Some(window) => sliding_window_mask(t, seq, len, q_offset, window)?,
                 None => causal_mask(t, seq, len, q_offset)?,
@@ -179,6 +183,9 @@ impl<'t> Positional<'t> {
 pub(crate) enum Visible<'t> {
     /// Those the mask allows, of all this call's keys or all the cache's.
     Masked(Tensor<'t>),
+    /// Those the mask allows of this call's keys, which are also written
+    /// into the (empty) cache.
+    Own(Tensor<'t>),
     /// The cache's positions written so far, up to the last `window` of
     /// them: the cache hands over only those ([`KvCache::write_filled`]).
     Filled {
@@ -198,6 +205,12 @@ impl<'t> Visible<'t> {
                     None => (k, v),
                 };
                 Ok(LayerKv { keys, values, mask: Some(mask.clone()) })
+            }
+            (Visible::Own(mask), cache) => {
+                if let Some((cache, layer)) = cache {
+                    cache.write(layer, &k, &v)?;
+                }
+                Ok(LayerKv { keys: k, values: v, mask: Some(mask.clone()) })
             }
             (Visible::Filled { window }, Some((cache, layer))) => cache.write_filled(layer, &k, &v, *window),
             (Visible::Filled { .. }, None) => {
