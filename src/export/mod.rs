@@ -26,7 +26,7 @@ mod plan;
 use plan::Plan;
 
 use crate::graph::{DType, Op};
-use crate::iree::{Iree, IreeError, ToolStats};
+use crate::iree::{Iree, IreeError, Target, TargetError, ToolStats};
 use crate::lower::{self, Emit, LowerError, LowerOptions, Session, Signature};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
 use crate::models::{scalar_i32, token_ids, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
@@ -316,6 +316,10 @@ pub struct Manifest {
     /// The module's public functions, as lowered: `prefill`, `decode` and
     /// `generate`.
     pub functions: Vec<Signature>,
+    /// What `model.vmfb` was compiled for ([`crate::iree::Target`]), set by
+    /// [`compile`]; absent before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiled_for: Option<String>,
 }
 
 /// One `--parameters=SCOPE=FILE` binding.
@@ -340,6 +344,14 @@ impl Manifest {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| ExportError::Manifest { path: path.clone(), message: e.to_string() })?;
         serde_json::from_str(&text).map_err(|e| ExportError::Manifest { path, message: e.to_string() })
+    }
+
+    /// Writes `dir`'s manifest atomically; returns its path.
+    fn write(&self, dir: &Path) -> Result<PathBuf> {
+        let path = dir.join(Self::FILE);
+        let json = serde_json::to_string_pretty(self).expect("a manifest always serializes") + "\n";
+        crate::write_atomically(&path, json.as_bytes()).map_err(|error| ExportError::Io { path: path.clone(), error })?;
+        Ok(path)
     }
 
     /// Parameter bindings with files resolved against `dir`.
@@ -450,12 +462,9 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         elided_resources: plan.elided_resources(),
         compile_flags: plan.compile_flags.clone(),
         functions: lower::signatures(&module),
+        compiled_for: None,
     };
-    let manifest_path = dir.join(Manifest::FILE);
-    let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes") + "\n";
-    crate::write_atomically(&manifest_path, json.as_bytes())
-        .map_err(|error| ExportError::Io { path: manifest_path.clone(), error })?;
-    written.add(manifest_path)?;
+    written.add(manifest.write(dir)?)?;
     let (bytes_written, stale_temps) = written.keep();
 
     Ok(ExportSummary {
@@ -539,9 +548,10 @@ pub struct Compiled {
     pub iree_compile: ToolStats,
 }
 
-/// Compiles an export's module into `model.vmfb` next to it.
-pub fn compile(dir: &Path, iree: &Iree) -> Result<Compiled> {
-    let manifest = Manifest::read(dir)?;
+/// Compiles an export's module for `target` into `model.vmfb` next to it,
+/// and records the target in the manifest (`compiled_for`).
+pub fn compile(dir: &Path, iree: &Iree, target: &Target) -> Result<Compiled> {
+    let mut manifest = Manifest::read(dir)?;
     // A killed `kiln compile` leaves its named temporary `model.vmfb`.
     crate::atomic::remove_stale_temps(dir).map_err(|error| ExportError::Io { path: dir.to_path_buf(), error })?;
     if manifest.elided_resources {
@@ -553,7 +563,9 @@ pub fn compile(dir: &Path, iree: &Iree) -> Result<Compiled> {
         });
     }
     let vmfb = dir.join(Manifest::VMFB);
-    let iree_compile = iree.compile_with(&dir.join(&manifest.module), &vmfb, &manifest.compile_flags)?;
+    let iree_compile = iree.compile_for(target, &dir.join(&manifest.module), &vmfb, &manifest.compile_flags)?;
+    manifest.compiled_for = Some(target.to_string());
+    manifest.write(dir)?;
     Ok(Compiled { vmfb, iree_compile })
 }
 
@@ -601,7 +613,10 @@ pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) ->
     let parameters = manifest.parameter_paths(dir);
     let bindings: Vec<(&str, &Path)> = parameters.iter().map(|(s, p)| (s.as_str(), p.as_path())).collect();
     let start = Instant::now();
-    iree.run(&vmfb, "generate", &[tokens_npy, n_npy], &bindings, std::slice::from_ref(&out_npy))?;
+    let target: Target = manifest.compiled_for.as_deref().unwrap_or("host").parse().map_err(|e: TargetError| {
+        ExportError::Manifest { path: dir.join(Manifest::FILE), message: format!("compiled_for: {e}") }
+    })?;
+    iree.run_on(target.device(), &vmfb, "generate", &[tokens_npy, n_npy], &bindings, std::slice::from_ref(&out_npy))?;
     let seconds = start.elapsed().as_secs_f64();
     let out = npy::read(&out_npy)?.to_f64_vec();
     let mut tokens = Vec::new();
