@@ -196,6 +196,33 @@ impl Target {
         }
     }
 
+    /// Flags for one module holding a variant for each of `gpus` (IREE
+    /// picks the one the device at hand takes): the devices in one
+    /// `--iree-hal-target-device` list, then each one's arch flag.
+    /// [`TargetError::Unknown`] for the host, whose flags (data tiling) the
+    /// GPUs do not take, or for an empty list.
+    pub fn gpu_flags(gpus: &[Target]) -> Result<Vec<String>, TargetError> {
+        let dummy = Path::new("");
+        let mut devices = Vec::new();
+        let mut archs = Vec::new();
+        for gpu in gpus {
+            if *gpu == Target::Host {
+                return Err(TargetError::Unknown("host among GPU targets".into()));
+            }
+            for flag in gpu.flags(dummy).into_iter().skip(GPU_COMPILE_FLAGS.len()) {
+                match flag.strip_prefix("--iree-hal-target-device=") {
+                    Some(device) => devices.push(device.to_string()),
+                    None => archs.push(flag),
+                }
+            }
+        }
+        if devices.is_empty() {
+            return Err(TargetError::Unknown("no GPU target".into()));
+        }
+        let device = format!("--iree-hal-target-device={}", devices.join(","));
+        Ok(GPU_COMPILE_FLAGS.iter().map(|f| f.to_string()).chain([device]).chain(archs).collect())
+    }
+
     /// The `--device` of `iree-run-module` for a module compiled for it.
     pub fn device(&self) -> &'static str {
         match self {
@@ -288,12 +315,25 @@ impl Iree {
     /// Compiles for `target`, with `extra` flags after the target's.
     pub fn compile_for(&self, target: &Target, mlir: &Path, vmfb: &Path, extra: &[String]) -> Result<ToolStats, IreeError> {
         let io = |error| IreeError::Io { context: format!("writing {}", vmfb.display()), error };
-        // iree-compile writes the file by name.
-        let tmp = crate::AtomicFile::create_named(vmfb).map_err(io)?;
         let spec = tempfile::Builder::new().prefix("kiln-host-tuning").suffix(".mlir").tempfile().map_err(io)?;
         std::fs::write(spec.path(), HOST_TUNING_SPEC).map_err(io)?;
+        self.compile_with_flags(&target.flags(spec.path()), mlir, vmfb, extra)
+    }
+
+    /// Compiles with the target flags `flags` ([`Target::flags`],
+    /// [`Target::gpu_flags`]), then `extra`.
+    pub fn compile_with_flags(
+        &self,
+        flags: &[String],
+        mlir: &Path,
+        vmfb: &Path,
+        extra: &[String],
+    ) -> Result<ToolStats, IreeError> {
+        let io = |error| IreeError::Io { context: format!("writing {}", vmfb.display()), error };
+        // iree-compile writes the file by name.
+        let tmp = crate::AtomicFile::create_named(vmfb).map_err(io)?;
         let mut cmd = Command::new(&self.compile);
-        cmd.args(target.flags(spec.path())).args(extra).arg(mlir).arg("-o").arg(tmp.temp_path().expect("a named file"));
+        cmd.args(flags).args(extra).arg(mlir).arg("-o").arg(tmp.temp_path().expect("a named file"));
         let (_, stats) = run_tool(cmd)?;
         tmp.commit().map_err(io)?;
         Ok(stats)
@@ -471,6 +511,13 @@ mod tests {
         assert!("rocm:cdna3".parse::<Target>().unwrap_err().to_string().contains("rocm:gfx942"));
         assert_eq!("rocm".parse::<Target>(), Err(TargetError::NoArch("rocm".into())));
         assert_eq!("tpu:v5".parse::<Target>(), Err(TargetError::Unknown("tpu:v5".into())));
+        let both = Target::gpu_flags(&["rocm:gfx942".parse().unwrap(), "vulkan:rdna3".parse().unwrap()]).unwrap();
+        assert_eq!(&both[..GPU_COMPILE_FLAGS.len()], GPU_COMPILE_FLAGS);
+        assert_eq!(
+            both[GPU_COMPILE_FLAGS.len()..],
+            ["--iree-hal-target-device=hip,vulkan", "--iree-rocm-target=gfx942", "--iree-vulkan-target=rdna3"]
+        );
+        assert!(Target::gpu_flags(&[Target::Host]).is_err() && Target::gpu_flags(&[]).is_err());
     }
 
     /// The host spec tags every config the lowering asks for by name: the

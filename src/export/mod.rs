@@ -633,4 +633,6 @@ pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) ->
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod target_tests;
+#[cfg(test)]
 mod transformers_tests;
