@@ -110,7 +110,8 @@ pub enum TargetError {
 }
 
 /// NVIDIA archs in IREE 3.13's GPU target table (`getNVIDIAGPUTargetDetails`).
-const CUDA_ARCHS: &[&str] = &["sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_120", "sm_121"];
+const CUDA_ARCHS: &[&str] =
+    &["sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_120", "sm_121"];
 
 /// What `iree-compile` generates code for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -313,7 +314,13 @@ impl Iree {
     }
 
     /// Compiles for `target`, with `extra` flags after the target's.
-    pub fn compile_for(&self, target: &Target, mlir: &Path, vmfb: &Path, extra: &[String]) -> Result<ToolStats, IreeError> {
+    pub fn compile_for(
+        &self,
+        target: &Target,
+        mlir: &Path,
+        vmfb: &Path,
+        extra: &[String],
+    ) -> Result<ToolStats, IreeError> {
         let io = |error| IreeError::Io { context: format!("writing {}", vmfb.display()), error };
         let spec = tempfile::Builder::new().prefix("kiln-host-tuning").suffix(".mlir").tempfile().map_err(io)?;
         std::fs::write(spec.path(), HOST_TUNING_SPEC).map_err(io)?;
@@ -364,7 +371,9 @@ impl Iree {
         outputs: &[PathBuf],
     ) -> Result<String, IreeError> {
         let mut cmd = Command::new(&self.run_module);
-        cmd.arg(format!("--device={device}")).arg(format!("--module={}", vmfb.display())).arg(format!("--function={function}"));
+        cmd.arg(format!("--device={device}"))
+            .arg(format!("--module={}", vmfb.display()))
+            .arg(format!("--function={function}"));
         for (scope, file) in parameters {
             cmd.arg(format!("--parameters={scope}={}", file.display()));
         }
@@ -477,7 +486,9 @@ mod tests {
     #[test]
     fn cmake_module_compiles_with_the_same_flags() {
         let cmake = include_str!("../cmake/KilnExport.cmake");
-        for (var, expected) in [("KILN_IREE_COMPILE_FLAGS", COMPILE_FLAGS), ("KILN_IREE_GPU_COMPILE_FLAGS", GPU_COMPILE_FLAGS)] {
+        for (var, expected) in
+            [("KILN_IREE_COMPILE_FLAGS", COMPILE_FLAGS), ("KILN_IREE_GPU_COMPILE_FLAGS", GPU_COMPILE_FLAGS)]
+        {
             let start = cmake.find(&format!("set({var}\n")).unwrap_or_else(|| panic!("{var} is set"));
             let end = start + cmake[start..].find("CACHE STRING").expect("as a cache variable");
             let flags: Vec<&str> = cmake[start..end].split('"').skip(1).step_by(2).collect();
@@ -498,8 +509,14 @@ mod tests {
             let target: Target = text.parse().unwrap();
             assert_eq!((target.to_string().as_str(), target.device()), (text, device));
             let flags = target.flags(spec);
-            assert!(flags.contains(&format!("--iree-hal-target-device={device}")) && flags.contains(&arch_flag.to_string()), "{flags:?}");
-            assert!(!flags.iter().any(|f| f.contains("llvmcpu") || f.contains("data-tiling") || f.contains("tuning-spec")), "{flags:?}");
+            assert!(
+                flags.contains(&format!("--iree-hal-target-device={device}")) && flags.contains(&arch_flag.to_string()),
+                "{flags:?}"
+            );
+            assert!(
+                !flags.iter().any(|f| f.contains("llvmcpu") || f.contains("data-tiling") || f.contains("tuning-spec")),
+                "{flags:?}"
+            );
         }
         let host = "host".parse::<Target>().unwrap().flags(spec);
         assert_eq!(&host[..COMPILE_FLAGS.len()], COMPILE_FLAGS);

@@ -350,7 +350,8 @@ impl Manifest {
     fn write(&self, dir: &Path) -> Result<PathBuf> {
         let path = dir.join(Self::FILE);
         let json = serde_json::to_string_pretty(self).expect("a manifest always serializes") + "\n";
-        crate::write_atomically(&path, json.as_bytes()).map_err(|error| ExportError::Io { path: path.clone(), error })?;
+        crate::write_atomically(&path, json.as_bytes())
+            .map_err(|error| ExportError::Io { path: path.clone(), error })?;
         Ok(path)
     }
 
@@ -631,8 +632,8 @@ pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) ->
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod target_tests;
+#[cfg(test)]
+mod tests;
 #[cfg(test)]
 mod transformers_tests;

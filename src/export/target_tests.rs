@@ -54,9 +54,10 @@ fn tiny_exports_compile_for_every_target() {
                     let manifest = Manifest::read(&dir).unwrap();
                     let module = dir.join(&manifest.module);
                     let mut failed = Vec::new();
-                    let mut compile = |what: &str, flags: Vec<String>| {
+                    let compile = |what: &str, flags: Vec<String>| {
                         let start = Instant::now();
-                        let result = iree.compile_with_flags(&flags, &module, &dir.join("m.vmfb"), &manifest.compile_flags);
+                        let result =
+                            iree.compile_with_flags(&flags, &module, &dir.join("m.vmfb"), &manifest.compile_flags);
                         eprintln!("{name} for {what}: {:.1} s", start.elapsed().as_secs_f64());
                         result.err().map(|e| e.to_string())
                     };
@@ -68,7 +69,8 @@ fn tiny_exports_compile_for_every_target() {
                         }
                     }
                     let known = |gpu: &str| KNOWN_FAILURES.iter().find(|(n, t, _)| n == name && *t == gpu);
-                    let gpus: Vec<Target> = GPUS.iter().filter(|g| known(g).is_none()).map(|g| g.parse().unwrap()).collect();
+                    let gpus: Vec<Target> =
+                        GPUS.iter().filter(|g| known(g).is_none()).map(|g| g.parse().unwrap()).collect();
                     let what = gpus.iter().map(Target::to_string).collect::<Vec<_>>().join(" + ");
                     if let Some(e) = compile(&what, Target::gpu_flags(&gpus).unwrap()) {
                         failed.push(format!("{name} for {what}: {e}"));

@@ -3,8 +3,8 @@
 
 use super::constant::splat_attribute;
 use super::dialects::stablehlo;
-use super::{Emitter, LowerError};
 use super::layout::lower_broadcast_in_dim;
+use super::{Emitter, LowerError};
 use crate::graph::{DType, ReduceKind, TensorType, DYNAMIC};
 use melior::ir::attribute::{DenseElementsAttribute, IntegerAttribute};
 use melior::ir::operation::{OperationLike, OperationResult};
@@ -27,7 +27,8 @@ pub(super) fn lower_reduce<'c, 'a>(
 /// Whether `value` is a 1-D `stablehlo.dynamic_iota` (`0..?`), the iota
 /// lowering's form for a `?` length.
 fn is_dynamic_iota(value: Value) -> bool {
-    OperationResult::try_from(value).is_ok_and(|r| r.owner().name().as_string_ref().as_str() == Ok("stablehlo.dynamic_iota"))
+    OperationResult::try_from(value)
+        .is_ok_and(|r| r.owner().name().as_string_ref().as_str() == Ok("stablehlo.dynamic_iota"))
 }
 
 /// The max of `0..?` (`models::blocks::last_row`'s index of the last row):
@@ -41,7 +42,8 @@ fn last_index<'c, 'a>(e: &Emitter<'c, 'a>, result: &TensorType) -> Result<Value<
     let constant = |value: f64| -> Result<Value<'c, 'a>, LowerError> {
         e.emit(stablehlo::constant(ctx, scalar, splat_attribute(e, value, result)?, loc))
     };
-    let size = e.emit(stablehlo::convert(ctx, e.tensor_type(&TensorType::new([1], result.dtype)), e.dynamic_size()?, loc))?;
+    let size =
+        e.emit(stablehlo::convert(ctx, e.tensor_type(&TensorType::new([1], result.dtype)), e.dynamic_size()?, loc))?;
     let size = e.emit(stablehlo::reshape(ctx, scalar, size, loc))?;
     let last = e.emit(stablehlo::subtract(ctx, scalar, size, constant(1.0)?, loc))?;
     let pred = e.tensor_type(&TensorType::new([], DType::I1));
