@@ -5,8 +5,10 @@
 #   scripts/gpu-check.sh [TARGET]     # TARGET: rocm:gfx942, cuda:sm_89, vulkan:rdna3, ...
 #
 # TARGET host runs the same steps on the CPU (the script's own check);
-# KILN_GPU_CHECK_MODELS picks models (default "smollm2 llama-1b"),
-# KILN_GPU_CHECK_DIR keeps the work files there.
+# KILN_GPU_CHECK_MODELS picks models (default "smollm2 llama-1b"; "tiny",
+# the 2-block synthetic llama, checks the script in a minute),
+# KILN_GPU_CHECK_DIR keeps the work files there, KILN names a kiln binary
+# to use instead of building target/release/kiln.
 #
 # Without TARGET it asks the machine: `amdgpu-arch` / `rocm_agent_enumerator`
 # (ROCm), else `nvidia-smi` (CUDA; Hopper and newer get sm_89, whose PTX
@@ -61,8 +63,10 @@ devices=$("$bin/iree-run-module" --list_devices 2>&1 | grep -E "^ *$driver://" |
 [ -n "$devices" ] || die "iree-run-module --list_devices lists no $driver device, so $target cannot run here (is the GPU's driver loaded, and is this IREE runtime built with $driver?)"
 echo "== $target on: $(echo "$devices" | head -1 | tr -s ' ')"
 
-cargo build --release -q
-kiln=target/release/kiln
+if [ -z "${KILN:-}" ]; then
+  cargo build --release -q
+fi
+kiln=${KILN:-target/release/kiln}
 work=${KILN_GPU_CHECK_DIR:-$(mktemp -d)}
 mkdir -p "$work"
 echo "work files: $work"
@@ -93,7 +97,7 @@ check() {
   local name=$1 model=$2 dir=$work/$1
   echo
   echo "== $name"
-  $kiln export "$model" -o "$dir" --packed keep --max-context 256 | head -1
+  $kiln export "$model" -o "$dir" --packed keep --max-context 256 | sed -n 1p
   local params=(--parameters=model="$model")
   cp -r "$dir" "$dir-host"
   $kiln compile "$dir-host" --target host
@@ -144,6 +148,10 @@ for model in ${KILN_GPU_CHECK_MODELS:-smollm2 llama-1b}; do
       [ -f "$llama1b" ] || $kiln dev synth llama-1b --data seeded -o "$llama1b" >/dev/null
       check llama-1b "$llama1b"
       ;;
-    *) die "KILN_GPU_CHECK_MODELS: unknown model $model (smollm2, llama-1b)" ;;
+    tiny)
+      $kiln dev synth tiny-llama --data seeded -o "$work/tiny.gguf" >/dev/null
+      check tiny "$work/tiny.gguf"
+      ;;
+    *) die "KILN_GPU_CHECK_MODELS: unknown model $model (smollm2, llama-1b, tiny)" ;;
   esac
 done
