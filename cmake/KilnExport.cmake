@@ -31,7 +31,8 @@
 #
 # kiln_export(NAME <name> MODEL <checkpoint>
 #             [PARAMS reference|archive|inline] [PACKED fail|dequantize|keep]
-#             [DTYPE f32|f16|bf16] [MAX_CONTEXT <n>] [EMIT mlir|mlirbc]
+#             [DTYPE f32|f16|bf16] [MAX_CONTEXT <n>] [KV_DTYPE f32|f16|bf16]
+#             [EMIT mlir|mlirbc]
 #             [OUTPUT_DIR <dir>])
 #
 #   Runs `kiln export <checkpoint> -o <dir>` at build time, again whenever the
@@ -185,7 +186,7 @@ function(kiln_export)
   set(fn "kiln_export")
   cmake_parse_arguments(PARSE_ARGV 0 arg
     ""
-    "NAME;MODEL;PARAMS;PACKED;DTYPE;MAX_CONTEXT;EMIT;OUTPUT_DIR"
+    "NAME;MODEL;PARAMS;PACKED;DTYPE;MAX_CONTEXT;KV_DTYPE;EMIT;OUTPUT_DIR"
     "")
   _kiln_check_common("${fn}" "${arg_NAME}" "${arg_UNPARSED_ARGUMENTS}" "${arg_KEYWORDS_MISSING_VALUES}")
   set(fn "kiln_export(NAME ${arg_NAME})")
@@ -223,6 +224,10 @@ function(kiln_export)
       message(FATAL_ERROR "${fn}: MAX_CONTEXT is \"${arg_MAX_CONTEXT}\"; expected a positive integer")
     endif()
     list(APPEND options --max-context "${arg_MAX_CONTEXT}")
+  endif()
+  if(DEFINED arg_KV_DTYPE)
+    _kiln_check_choice("${fn}" KV_DTYPE "${arg_KV_DTYPE}" f32 f16 bf16)
+    list(APPEND options --kv-dtype "${arg_KV_DTYPE}")
   endif()
   if(DEFINED arg_EMIT)
     _kiln_check_choice("${fn}" EMIT "${arg_EMIT}" mlir mlirbc)

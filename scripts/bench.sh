@@ -201,3 +201,10 @@ scripts/bench-venv.sh
 # (scripts/bench_serving.py --help). Exits 1 if a row failed.
 # shellcheck disable=SC2086
 build/bench-venv/bin/python scripts/bench_serving.py smollm2="$smollm2" gemma3-270m="$gemma3" ${BENCH_SERVING_ARGS:-}
+
+echo
+echo "== sentence embeddings: all-MiniLM-L6-v2 through kiln, llama.cpp and transformers, same run (scripts/bench_embed.py) =="
+# transformers needs torch, which neither .venv nor the bench venv holds: pass a venv that has it
+# (test/models/bert_reference.py says how to make build/refvenv, used when it exists).
+# shellcheck disable=SC2086
+build/bench-venv/bin/python scripts/bench_embed.py ${BENCH_EMBED_ARGS:-}

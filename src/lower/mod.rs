@@ -713,7 +713,9 @@ impl<'c, 'a> Emitter<'c, 'a> {
                 let padding = [edge_padding_low.as_slice(), edge_padding_high, interior_padding];
                 layout::lower_pad(self, operands[0], operands[1], padding, result)
             }
-            Op::DotGeneral(dims) => dot_general::lower_dot_general(self, operands[0], operands[1], dims, result),
+            Op::DotGeneral(dims) => {
+                dot_general::lower_dot_general(self, operands[0], operands[1], operand_types[0], dims, ty)
+            }
             Op::Gather => gather::lower_gather(self, operands[0], operands[1], operand_types[0], operand_types[1], ty),
             Op::Reduce { kind, dimensions } => reduce::lower_reduce(self, *kind, operands[0], dimensions, ty),
             Op::Argmax { dimension } => reduce::lower_argmax(self, operands[0], operand_types[0], *dimension, ty),

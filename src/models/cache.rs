@@ -8,8 +8,11 @@ use crate::trace::nn::causal_mask;
 use crate::trace::{Tensor, Tracer};
 
 /// Keys or values of every layer, `[block_count, head_count_kv,
-/// max_context, head_dim]` f32: one tensor, so entry points take and return
-/// two caches whatever the depth.
+/// max_context, head_dim]`: one tensor, so entry points take and return
+/// two caches whatever the depth. Its dtype is the cache's
+/// ([`CacheSpec::dtype`]): rows are converted to it when written (rounding
+/// to nearest even, as torch's `.to` does) and back to the rows' own dtype
+/// when read, so attention computes in f32 whatever the cache holds.
 pub struct Cache<'t>(pub Tensor<'t>);
 
 impl<'t> Cache<'t> {
@@ -33,8 +36,9 @@ impl<'t> Cache<'t> {
         };
         if !x.ty.is_dynamic() {
             self.put(layer, x, start)?;
-            return Ok(layer_of(&self.0)?);
+            return as_dtype(layer_of(&self.0)?, x.ty.dtype);
         }
+        let (read_as, x) = (x.ty.dtype, &as_dtype(x.clone(), self.0.ty.dtype)?);
         // iree-compile cannot legalize a dynamic_update_slice whose update is
         // `?` long, so a prompt is spread over the whole row instead: position
         // j takes x[j - start] (gather clamps the index) where j >= start.
@@ -49,7 +53,7 @@ impl<'t> Cache<'t> {
         let update = row.reshape(&[1, kv_heads, context, head_dim])?;
         let (layer_index, zero) = layer_and_zero(layer, start)?;
         self.0 = self.0.dynamic_update_slice(&update, &[&layer_index, &zero, &zero, &zero])?;
-        Ok(row)
+        as_dtype(row, read_as)
     }
 
     /// Writes the rows `x [kv_heads, seq, head_dim]` (a static `seq`) at
@@ -63,15 +67,15 @@ impl<'t> Cache<'t> {
             return Err(ModelError::Config(format!("cache rows are [kv_heads, seq, head_dim], found {}", x.ty)));
         };
         let (layer_index, zero) = layer_and_zero(layer, start)?;
-        let rows = x.reshape(&[1, kv_heads, seq, head_dim])?;
+        let rows = as_dtype(x.reshape(&[1, kv_heads, seq, head_dim])?, self.0.ty.dtype)?;
         self.0 = self.0.dynamic_update_slice(&rows, &[&layer_index, &zero, start, &zero])?;
         Ok(())
     }
 
     /// Positions `0..filled` of `layer` (`filled` a `tensor<i32>` in
-    /// `1..=max_context`): `[kv_heads, ?, head_dim]`, one
+    /// `1..=max_context`) as `read_as`: `[kv_heads, ?, head_dim]`, one
     /// `real_dynamic_slice` of the whole cache, so nothing past them is read.
-    fn filled(&self, layer: usize, filled: &Tensor<'t>) -> Result<Tensor<'t>> {
+    fn filled(&self, layer: usize, filled: &Tensor<'t>, read_as: DType) -> Result<Tensor<'t>> {
         let [_, kv_heads, _, head_dim] = self.dims()?;
         let t = filled.tracer();
         let dtype = filled.ty.dtype;
@@ -80,17 +84,22 @@ impl<'t> Cache<'t> {
         let limit = index_vector(t, dtype, &limit)?;
         let strides = t.constant(1.0, TensorType::new([4], dtype))?;
         let rows = self.0.real_dynamic_slice(&start, &limit, &strides, &[1, kv_heads, DYNAMIC, head_dim])?;
-        Ok(rows.reshape(&[kv_heads, DYNAMIC, head_dim])?)
+        as_dtype(rows.reshape(&[kv_heads, DYNAMIC, head_dim])?, read_as)
     }
 
-    /// The `window` positions of `layer` from `first` on: `[kv_heads,
-    /// window, head_dim]`.
-    fn window(&self, layer: usize, first: &Tensor<'t>, window: usize) -> Result<Tensor<'t>> {
+    /// The `window` positions of `layer` from `first` on as `read_as`:
+    /// `[kv_heads, window, head_dim]`.
+    fn window(&self, layer: usize, first: &Tensor<'t>, window: usize, read_as: DType) -> Result<Tensor<'t>> {
         let [_, kv_heads, _, head_dim] = self.dims()?;
         let (layer_index, zero) = layer_and_zero(layer, first)?;
         let rows = self.0.dynamic_slice(&[&layer_index, &zero, first, &zero], &[1, kv_heads, window, head_dim])?;
-        Ok(rows.reshape(&[kv_heads, window, head_dim])?)
+        as_dtype(rows.reshape(&[kv_heads, window, head_dim])?, read_as)
     }
+}
+
+/// `x` converted to `dtype`, if it is not of it already.
+fn as_dtype(x: Tensor<'_>, dtype: DType) -> Result<Tensor<'_>> {
+    Ok(if x.ty.dtype == dtype { x } else { x.convert(dtype)? })
 }
 
 /// `layer` and 0 as start indices of `like`'s type (`tensor<i32>`).
@@ -175,8 +184,8 @@ impl<'t> KvCache<'t> {
         let filled = self.start.add(&scalar(1)?)?;
         match window.filter(|&w| w < self.context()) {
             None => Ok(LayerKv {
-                keys: self.keys.filled(layer, &filled)?,
-                values: self.values.filled(layer, &filled)?,
+                keys: self.keys.filled(layer, &filled, k.ty.dtype)?,
+                values: self.values.filled(layer, &filled, v.ty.dtype)?,
                 mask: None,
             }),
             Some(window) => {
@@ -185,8 +194,8 @@ impl<'t> KvCache<'t> {
                 let first = filled.subtract(&scalar(window)?)?.maximum(&scalar(0)?)?;
                 let mask = causal_mask(t, 1, window, &self.start.subtract(&first)?)?;
                 Ok(LayerKv {
-                    keys: self.keys.window(layer, &first, window)?,
-                    values: self.values.window(layer, &first, window)?,
+                    keys: self.keys.window(layer, &first, window, k.ty.dtype)?,
+                    values: self.values.window(layer, &first, window, v.ty.dtype)?,
                     mask: Some(mask),
                 })
             }
@@ -202,5 +211,39 @@ impl<'t> KvCache<'t> {
     /// How many positions the cache holds.
     pub fn context(&self) -> usize {
         self.keys.0.ty.shape[2]
+    }
+}
+
+/// What the KV caches hold: how many positions, and in which dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheSpec {
+    /// Positions: prompt plus generated tokens.
+    pub max_context: usize,
+    /// The caches' element type: f32, f16 or bf16 ([`CacheSpec::DTYPES`]).
+    pub dtype: DType,
+}
+
+impl CacheSpec {
+    /// The dtypes a cache can hold.
+    pub const DTYPES: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+    /// `max_context` positions of `dtype`; no positions, or a dtype not in
+    /// [`CacheSpec::DTYPES`], is refused.
+    pub fn new(max_context: usize, dtype: DType) -> Result<CacheSpec> {
+        if max_context == 0 {
+            return Err(ModelError::Config("a KV cache of 0 positions holds no prompt; give it at least 1".into()));
+        }
+        if !Self::DTYPES.contains(&dtype) {
+            let names: Vec<&str> = Self::DTYPES.iter().map(|d| d.as_str()).collect();
+            return Err(ModelError::Config(format!("a KV cache holds {}, not {dtype}", names.join(", "))));
+        }
+        Ok(CacheSpec { max_context, dtype })
+    }
+}
+
+/// An f32 cache of this many positions.
+impl From<usize> for CacheSpec {
+    fn from(max_context: usize) -> CacheSpec {
+        CacheSpec { max_context, dtype: DType::F32 }
     }
 }

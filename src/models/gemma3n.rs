@@ -47,8 +47,8 @@ use super::blocks::{
     last_row, merge_heads, split_heads, Activation, GatedFfn, Head, Layer, LayerCache, LayerKv, Positional,
 };
 use super::config::{self, Dims, GgufKeys, RopeConfig};
-use super::{linear_each, Checkpoint, Decoder, KvCache, Logits, ModelError, Result, Span, Weight};
-use crate::graph::{ComparisonDirection, DType, ReduceKind, TensorType};
+use super::{linear_each, CacheSpec, Checkpoint, Decoder, KvCache, Logits, ModelError, Result, Span, Weight};
+use crate::graph::{ComparisonDirection, ReduceKind, TensorType};
 use crate::trace::nn::{attention, RopeScaling};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::{Gguf, MetadataValue};
@@ -758,9 +758,10 @@ impl<'t> Decoder<'t> for Gemma3n<'t> {
     }
 
     /// Only the layers that compute keys and values have a slice.
-    fn cache_types(&self, max_context: usize) -> (TensorType, TensorType) {
+    fn cache_types(&self, cache: CacheSpec) -> (TensorType, TensorType) {
         let d = &self.config.dims;
-        let ty = TensorType::new([self.config.kv_layers(), d.head_count_kv, max_context, d.head_dim], DType::F32);
+        let ty =
+            TensorType::new([self.config.kv_layers(), d.head_count_kv, cache.max_context, d.head_dim], cache.dtype);
         (ty.clone(), ty)
     }
 
@@ -809,7 +810,7 @@ impl<'t> Decoder<'t> for Gemma3n<'t> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{Graph, Node, Op, ValueId, DYNAMIC};
+    use crate::graph::{DType, Graph, Node, Op, ValueId, DYNAMIC};
     use crate::interp;
     use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
     use crate::models::synth::{self, Preset, SynthData};

@@ -100,6 +100,36 @@ const GEMMA3N_BLOCK_NAMES: [(&str, &str); 11] = [
     ("laurel_post_norm.weight", "laurel.post_laurel_norm.weight"),
 ];
 
+/// BERT's whole-model tensors (`BertModel`'s names; `bert.` before them in
+/// a `BertForMaskedLM`).
+const BERT_NAMES: [(&str, &str); 5] = [
+    ("token_embd.weight", "embeddings.word_embeddings.weight"),
+    ("position_embd.weight", "embeddings.position_embeddings.weight"),
+    ("token_types.weight", "embeddings.token_type_embeddings.weight"),
+    ("token_embd_norm.weight", "embeddings.LayerNorm.weight"),
+    ("token_embd_norm.bias", "embeddings.LayerNorm.bias"),
+];
+
+/// BERT's per-block tensors, under `encoder.layer.{i}.`.
+const BERT_BLOCK_NAMES: [(&str, &str); 16] = [
+    ("attn_q.weight", "attention.self.query.weight"),
+    ("attn_q.bias", "attention.self.query.bias"),
+    ("attn_k.weight", "attention.self.key.weight"),
+    ("attn_k.bias", "attention.self.key.bias"),
+    ("attn_v.weight", "attention.self.value.weight"),
+    ("attn_v.bias", "attention.self.value.bias"),
+    ("attn_output.weight", "attention.output.dense.weight"),
+    ("attn_output.bias", "attention.output.dense.bias"),
+    ("attn_output_norm.weight", "attention.output.LayerNorm.weight"),
+    ("attn_output_norm.bias", "attention.output.LayerNorm.bias"),
+    ("ffn_up.weight", "intermediate.dense.weight"),
+    ("ffn_up.bias", "intermediate.dense.bias"),
+    ("ffn_down.weight", "output.dense.weight"),
+    ("ffn_down.bias", "output.dense.bias"),
+    ("layer_output_norm.weight", "output.LayerNorm.weight"),
+    ("layer_output_norm.bias", "output.LayerNorm.bias"),
+];
+
 /// The HF name of the llama-family tensor that GGUF calls `gguf`, if the
 /// tables have one.
 pub fn llama_hf_name(gguf: &str) -> Option<String> {
@@ -120,6 +150,11 @@ pub struct HfNames {
     pub body: &'static str,
     /// The output head.
     pub head: &'static str,
+    /// Before block `i`'s names, after the body: `layers.` (BERT: `encoder.layer.`).
+    layers: &'static str,
+    /// Prefixes (after the body) of stored tensors the model does not
+    /// compute with: BERT's pooler and its position-id buffer.
+    ignored: &'static [&'static str],
 }
 
 impl HfNames {
@@ -130,6 +165,20 @@ impl HfNames {
         block_names: &[&LLAMA_BLOCK_NAMES],
         body: "model.",
         head: "lm_head.weight",
+        layers: "layers.",
+        ignored: &[],
+    };
+
+    /// `BertModel` (the body at the top level) or `BertForMaskedLM` (under
+    /// `bert.`, its `cls.` head not read).
+    const BERT: HfNames = HfNames {
+        family: "bert",
+        names: &BERT_NAMES,
+        block_names: &[&BERT_BLOCK_NAMES],
+        body: "",
+        head: "cls.predictions.decoder.weight",
+        layers: "encoder.layer.",
+        ignored: &["pooler.", "embeddings.position_ids", "cls."],
     };
 
     /// Where `config`'s family keeps its tensors in `has`'s checkpoint. A
@@ -150,6 +199,8 @@ impl HfNames {
             "gemma3_text" => GEMMA3,
             "gemma3n_text" => GEMMA3N,
             "gemma3n" => HfNames { body: "model.language_model.", ..GEMMA3N },
+            "bert" if has("bert.embeddings.word_embeddings.weight") => HfNames { body: "bert.", ..Self::BERT },
+            "bert" => Self::BERT,
             "gemma3" => {
                 let body = ["language_model.model.", "model.language_model."]
                     .into_iter()
@@ -170,18 +221,18 @@ impl HfNames {
         if gguf == "output.weight" {
             return Some(self.head.to_string());
         }
-        if let Some((_, hf)) = LLAMA_NAMES.iter().find(|(g, _)| *g == gguf) {
-            return Some(format!("{}{}", self.body, hf.strip_prefix("model.").expect("the body's names start so")));
-        }
         if let Some((_, hf)) = self.names.iter().find(|(g, _)| *g == gguf) {
             return Some(format!("{}{hf}", self.body));
+        }
+        if let Some((_, hf)) = LLAMA_NAMES.iter().find(|(g, _)| *g == gguf) {
+            return Some(format!("{}{}", self.body, hf.strip_prefix("model.").expect("the body's names start so")));
         }
         let (block, suffix) = gguf.strip_prefix("blk.")?.split_once('.')?;
         if block.is_empty() || !block.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
         let (_, hf) = self.block_names.iter().flat_map(|t| t.iter()).find(|(g, _)| *g == suffix)?;
-        Some(format!("{}layers.{block}.{hf}", self.body))
+        Some(format!("{}{}{block}.{hf}", self.body, self.layers))
     }
 }
 
@@ -364,6 +415,7 @@ impl Checkpoint for SafetensorsWeights<'_> {
             (name == names.head && self.checkpoint.config.tie_word_embeddings())
                 || name.ends_with(".rotary_emb.inv_freq")
                 || unread.contains(name)
+                || names.ignored.iter().any(|p| name.strip_prefix(names.body).unwrap_or(name).starts_with(p))
         };
         let tensors = self.checkpoint.shards().iter().flat_map(|file| file.tensors());
         tensors.map(|t| t.name).find(|&n| model(n) && !ignored(n) && !used.contains(n)).map(str::to_string)

@@ -11,6 +11,7 @@
 //! checkpoints are read through [`hf`]; [`synth`] writes synthetic GGUFs of
 //! the families.
 
+pub mod bert;
 mod blocks;
 mod cache;
 pub mod config;
@@ -20,7 +21,7 @@ pub mod hf;
 pub mod llama;
 pub mod synth;
 
-pub use cache::{Cache, KvCache};
+pub use cache::{Cache, CacheSpec, KvCache};
 
 use crate::graph::{DType, Graph, TensorType, DYNAMIC};
 use crate::interp::{Buffer, InterpError, ParamSource, Value};
@@ -74,7 +75,9 @@ pub enum ModelError {
     #[error(transparent)]
     Weights(#[from] WeightsError),
     /// The GGUF's `general.architecture` is not a supported family.
-    #[error("unknown general.architecture \"{0}\" (supported: llama, qwen2, qwen3, gemma3, gemma3n)")]
+    #[error(
+        "unknown general.architecture \"{0}\" (supported: llama, qwen2, qwen3, gemma3, gemma3n; bert as an encoder)"
+    )]
     UnknownArchitecture(String),
     /// The HF `config.json`'s `model_type` or `architectures[0]` is not a
     /// supported family or model class.
@@ -494,11 +497,11 @@ pub trait Decoder<'t> {
         self.dims().vocab_size
     }
 
-    /// The key and value caches' types for `max_context` positions:
-    /// `[layers, kv_heads, max_context, dim]` f32.
-    fn cache_types(&self, max_context: usize) -> (TensorType, TensorType) {
+    /// The key and value caches' types for `cache`'s positions and dtype:
+    /// `[layers, kv_heads, max_context, dim]`.
+    fn cache_types(&self, cache: CacheSpec) -> (TensorType, TensorType) {
         let d = self.dims();
-        let ty = |dim: usize| TensorType::new([d.block_count, d.head_count_kv, max_context, dim], DType::F32);
+        let ty = |dim: usize| TensorType::new([d.block_count, d.head_count_kv, cache.max_context, dim], cache.dtype);
         (ty(d.head_dim), ty(self.value_length()))
     }
 
@@ -709,21 +712,23 @@ fn packed_products<'t>(weights: &[&Weight<'t>], ty: GgmlType, x: &Tensor<'t>) ->
 /// The serving entry points, one graph each, sharing the weights:
 /// - `prefill(tokens: tensor<1x?xi32>) -> (logits: tensor<1x?xVOCABxf32>,
 ///   keys, values)`: the prompt at positions `0..`, and caches of
-///   `max_context` positions holding it;
+///   `cache`'s positions and dtype holding it;
 /// - `decode(tokens: tensor<1xNxi32>, position: tensor<i32>, keys, values)
 ///   -> (logits: tensor<1xNxVOCABxf32>, keys, values)`: `N` more tokens at
 ///   `position..`.
 pub fn entry_points(
     family: &Family,
     weights: &dyn Checkpoint,
-    max_context: usize,
+    cache: impl Into<CacheSpec>,
     decode_len: usize,
 ) -> Result<Vec<Graph>> {
+    let cache = cache.into();
+    let cache = CacheSpec::new(cache.max_context, cache.dtype)?;
     let prefill = {
         let t = Tracer::new("prefill");
         let model = family.load(&t, weights)?;
         let tokens = t.input("tokens", TensorType::new([1, DYNAMIC], DType::I32))?;
-        let (keys, values) = model.cache_types(max_context);
+        let (keys, values) = model.cache_types(cache);
         let (keys, values) = (t.constant(0.0, keys)?, t.constant(0.0, values)?);
         let start = t.constant(0.0, TensorType::new([], DType::I32))?;
         finish_cached(&t, &*model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start, empty: true })?
@@ -733,7 +738,7 @@ pub fn entry_points(
         let model = family.load(&t, weights)?;
         let tokens = t.input("tokens", TensorType::new([1, decode_len], DType::I32))?;
         let start = t.input("position", TensorType::new([], DType::I32))?;
-        let (keys, values) = model.cache_types(max_context);
+        let (keys, values) = model.cache_types(cache);
         let (keys, values) = (t.input("keys", keys)?, t.input("values", values)?);
         let cache = KvCache { keys: Cache(keys), values: Cache(values), start, empty: false };
         finish_cached(&t, &*model, &tokens, cache)?
@@ -769,18 +774,27 @@ pub struct Serving {
     pub max_context: usize,
 }
 
+/// The key and value caches' types of `family` for `cache`, from the model
+/// loaded on a scratch trace: what a capacity costs before choosing it.
+pub fn cache_types(family: &Family, weights: &dyn Checkpoint, cache: CacheSpec) -> Result<(TensorType, TensorType)> {
+    let t = Tracer::new("cache_types");
+    let types = family.load(&t, weights)?.cache_types(cache);
+    Ok(types)
+}
+
 impl Serving {
     /// Traces the three graphs of `family` over `weights`, every tensor of
     /// the model used ([`Checkpoint::unused`]).
-    pub fn new(family: &Family, weights: &dyn Checkpoint, max_context: usize) -> Result<Serving> {
+    pub fn new(family: &Family, weights: &dyn Checkpoint, cache: impl Into<CacheSpec>) -> Result<Serving> {
+        let cache = cache.into();
         let [prefill, decode]: [Graph; 2] =
-            entry_points(family, weights, max_context, 1)?.try_into().expect("two entry points");
+            entry_points(family, weights, cache, 1)?.try_into().expect("two entry points");
         let used: BTreeSet<&str> = prefill.params().map(|(_, name, _)| name).collect();
         if let Some(name) = weights.unused(&used, &family.unread_tensors()) {
             return Err(ModelError::UnusedTensor { name, family: family.name().to_string() });
         }
         let vocab = prefill.node(prefill.outputs()[0]).ty.shape[2];
-        Ok(Serving { prefill, decode, pick: greedy_pick("pick", 1, vocab)?, max_context })
+        Ok(Serving { prefill, decode, pick: greedy_pick("pick", 1, vocab)?, max_context: cache.max_context })
     }
 
     /// These graphs as the [`crate::lower::GreedyLoop`] that lowering turns

@@ -43,6 +43,9 @@ mod bpe;
 mod hf;
 mod pre;
 mod spm;
+mod wordpiece;
+
+pub use wordpiece::WordPiece;
 
 pub(crate) use bpe::gpt2_alphabet;
 

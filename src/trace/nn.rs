@@ -198,6 +198,17 @@ impl<'t> Tensor<'t> {
         self.multiply(&gate)
     }
 
+    /// GELU, exact: `0.5 · x · (1 + erf(x / √2))`.
+    ///
+    /// HF `gelu` (`GELUActivation`, BERT's `hidden_act`); llama.cpp's BERT
+    /// graph uses the tanh approximation ([`Tensor::gelu_tanh`]) instead.
+    pub fn gelu_erf(&self) -> Result<Tensor<'t>> {
+        require_float("gelu_erf", self)?;
+        let c = |v: f64| splat(self, v);
+        let gate = self.multiply(&c(std::f64::consts::FRAC_1_SQRT_2)?)?.erf()?.add(&c(1.0)?)?;
+        self.multiply(&gate.multiply(&c(0.5)?)?)
+    }
+
     /// Soft-capping: `cap · tanh(x / cap)`, smoothly bounding `x` to `(-cap, cap)`.
     ///
     /// HF Gemma 2/3 (`attn_logit_softcapping`, `final_logit_softcapping`),

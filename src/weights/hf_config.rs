@@ -58,10 +58,10 @@ impl HfConfig {
 
     /// Whether the output head is the token embedding: the key where the
     /// file has it (a wrapper's own first, then its text config's), else the
-    /// family's default (true for Gemma, false otherwise).
+    /// family's default (true for Gemma and BERT, false otherwise).
     pub fn tie_word_embeddings(&self) -> bool {
         let read = |keys: &Map<String, Value>| keys.get("tie_word_embeddings").and_then(Value::as_bool);
-        let default = matches!(self.model_type.as_str(), "gemma3" | "gemma3_text");
+        let default = matches!(self.model_type.as_str(), "gemma3" | "gemma3_text" | "bert");
         read(&self.keys).or_else(|| self.text_keys().and_then(read)).unwrap_or(default)
     }
 }
