@@ -19,10 +19,15 @@
 #   IREE_COMPILE_EXECUTABLE  `iree-compile`: on PATH, else in this repository's
 #                            .venv/bin (`make setup`; PyPI iree-base-compiler).
 #   KILN_IREE_COMPILE_FLAGS  what kiln_compile passes to iree-compile before
-#                            FLAGS: StableHLO input, llvm-cpu for this host's
-#                            CPU at O3 with data tiling and no const-expr
-#                            hoisting (the flags of `kiln compile`, why in
-#                            src/iree.rs).
+#                            FLAGS for TARGET host: StableHLO input, llvm-cpu
+#                            for this host's CPU at O3 with data tiling and no
+#                            const-expr hoisting (the flags of `kiln compile`,
+#                            why in src/iree.rs), then kiln's tuning spec
+#                            (kiln-host-tuning.mlir, next to this file).
+#   KILN_IREE_GPU_COMPILE_FLAGS  the same for GPU targets, before the device
+#                            and arch flags: StableHLO input, O3, no const-expr
+#                            hoisting (no data tiling: unfinished for GPUs).
+#   KILN_TARGET              kiln_compile's TARGET when it has none: host.
 #
 # kiln_export(NAME <name> MODEL <checkpoint>
 #             [PARAMS reference|archive|inline] [PACKED fail|dequantize|keep]
@@ -47,10 +52,12 @@
 #     <name>_MANIFEST   / KILN_MANIFEST     manifest.json
 #     <name>_FLAGFILE   / KILN_FLAGFILE     parameters.flags
 #
-# kiln_compile(NAME <name> [OUTPUT <file.vmfb>] [FLAGS <flag>...])
+# kiln_compile(NAME <name> [TARGET <target>] [OUTPUT <file.vmfb>] [FLAGS <flag>...])
 #
-#   Compiles the module of kiln_export(NAME <name>) with iree-compile
-#   (KILN_IREE_COMPILE_FLAGS, then FLAGS) into OUTPUT, by default
+#   Compiles the module of kiln_export(NAME <name>) with iree-compile for
+#   TARGET, `kiln compile --target`'s choice: host, rocm:<arch> (gfx942),
+#   cuda:<arch> (sm_80, sm_89) or vulkan:<target> (rdna3); the target's
+#   flags (see KILN_IREE_COMPILE_FLAGS), then FLAGS, into OUTPUT, by default
 #   <export dir>/<name>.vmfb (relative: to the current binary directory).
 #   With OUTPUT "${<name>_EXPORT_DIR}/model.vmfb" the directory is what
 #   `kiln compile` makes, so `kiln run <dir> --prompt ...` runs it.
@@ -120,8 +127,38 @@ set(KILN_IREE_COMPILE_FLAGS
   "--iree-opt-level=O3"
   "--iree-opt-data-tiling"
   "--iree-opt-const-expr-hoisting=false"
-  CACHE STRING "iree-compile flags of kiln_compile, before its FLAGS (a ;-list)")
+  CACHE STRING "iree-compile flags of kiln_compile for TARGET host, before its FLAGS (a ;-list)")
+# Keep in step with GPU_COMPILE_FLAGS in src/iree.rs (a unit test checks).
+set(KILN_IREE_GPU_COMPILE_FLAGS
+  "--iree-input-type=stablehlo"
+  "--iree-opt-level=O3"
+  "--iree-opt-const-expr-hoisting=false"
+  CACHE STRING "iree-compile flags of kiln_compile for GPU targets, before the device's and FLAGS (a ;-list)")
+set(KILN_TARGET "host" CACHE STRING "kiln_compile's TARGET by default: host, rocm:<arch>, cuda:<arch>, vulkan:<target>")
+set(_KILN_HOST_TUNING_SPEC "${CMAKE_CURRENT_LIST_DIR}/kiln-host-tuning.mlir")
 unset(_kiln_repo)
+
+# Sets `out` to iree-compile's flags for `target` (as `kiln compile --target`;
+# src/iree.rs `Target` checks archs against IREE's tables, iree-compile does
+# here).
+function(_kiln_target_flags fn target out)
+  if(target STREQUAL "host")
+    set(flags ${KILN_IREE_COMPILE_FLAGS} "--iree-codegen-tuning-spec-path=${_KILN_HOST_TUNING_SPEC}")
+  elseif(target MATCHES "^(rocm|cuda|vulkan):(.+)$")
+    set(arch "${CMAKE_MATCH_2}")
+    if(CMAKE_MATCH_1 STREQUAL "rocm")
+      set(device hip)
+    else()
+      set(device "${CMAKE_MATCH_1}")
+    endif()
+    set(flags ${KILN_IREE_GPU_COMPILE_FLAGS} "--iree-hal-target-device=${device}"
+              "--iree-${CMAKE_MATCH_1}-target=${arch}")
+  else()
+    message(FATAL_ERROR "${fn}: TARGET is \"${target}\"; expected host, rocm:<arch> (gfx942), "
+                        "cuda:<arch> (sm_80, sm_89) or vulkan:<target> (rdna3)")
+  endif()
+  set("${out}" "${flags}" PARENT_SCOPE)
+endfunction()
 
 # Fails unless `value` (of keyword `key`) is one of the remaining arguments.
 function(_kiln_check_choice fn key value)
@@ -266,12 +303,18 @@ endfunction()
 
 function(kiln_compile)
   set(fn "kiln_compile")
-  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;OUTPUT" "FLAGS")
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;TARGET;OUTPUT" "FLAGS")
   _kiln_check_common("${fn}" "${arg_NAME}" "${arg_UNPARSED_ARGUMENTS}" "${arg_KEYWORDS_MISSING_VALUES}")
   set(fn "kiln_compile(NAME ${arg_NAME})")
-  if("OUTPUT" IN_LIST arg_KEYWORDS_MISSING_VALUES)
-    message(FATAL_ERROR "${fn}: OUTPUT needs a value")
+  foreach(key OUTPUT TARGET)
+    if(key IN_LIST arg_KEYWORDS_MISSING_VALUES)
+      message(FATAL_ERROR "${fn}: ${key} needs a value")
+    endif()
+  endforeach()
+  if(NOT DEFINED arg_TARGET)
+    set(arg_TARGET "${KILN_TARGET}")
   endif()
+  _kiln_target_flags("${fn}" "${arg_TARGET}" target_flags)
   if(NOT TARGET "${arg_NAME}_export")
     message(FATAL_ERROR "${fn}: no kiln_export(NAME ${arg_NAME} ...) before it")
   endif()
@@ -307,14 +350,14 @@ function(kiln_compile)
   add_custom_command(
     OUTPUT "${vmfb}"
     COMMAND "${CMAKE_COMMAND}" -E make_directory "${vmfb_dir}"
-    COMMAND "${IREE_COMPILE_EXECUTABLE}" ${KILN_IREE_COMPILE_FLAGS} ${mode_flags} ${arg_FLAGS} "${module}" -o "${vmfb}"
-    DEPENDS "${module}" "${arg_NAME}_export" ${tool}
-    COMMENT "Compiling ${arg_NAME} with iree-compile: ${vmfb}"
+    COMMAND "${IREE_COMPILE_EXECUTABLE}" ${target_flags} ${mode_flags} ${arg_FLAGS} "${module}" -o "${vmfb}"
+    DEPENDS "${module}" "${arg_NAME}_export" ${tool} "${_KILN_HOST_TUNING_SPEC}"
+    COMMENT "Compiling ${arg_NAME} with iree-compile for ${arg_TARGET}: ${vmfb}"
     VERBATIM)
   add_custom_target("${arg_NAME}" ALL DEPENDS "${vmfb}")
   # The export runs in its own target first, never twice in parallel.
   add_dependencies("${arg_NAME}" "${arg_NAME}_export")
-  set_target_properties("${arg_NAME}" PROPERTIES KILN_VMFB "${vmfb}")
+  set_target_properties("${arg_NAME}" PROPERTIES KILN_VMFB "${vmfb}" KILN_TARGET "${arg_TARGET}")
   set("${arg_NAME}_VMFB" "${vmfb}" PARENT_SCOPE)
 endfunction()
 

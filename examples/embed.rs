@@ -8,7 +8,7 @@
 //! ```
 
 use kiln::export::{self, EmbedOptions, ExportOptions};
-use kiln::iree::Iree;
+use kiln::iree::{Iree, Target};
 use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {
@@ -28,7 +28,7 @@ fn main() -> anyhow::Result<()> {
         summary.manifest.architecture, summary.seconds, summary.manifest.embedding
     );
     let iree = Iree::locate()?;
-    let compiled = export::compile(out.path(), &iree)?;
+    let compiled = export::compile(out.path(), &iree, &Target::Host)?;
     println!("compiled in {:.1} s", compiled.iree_compile.seconds);
 
     let sentences = [

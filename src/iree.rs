@@ -75,6 +75,166 @@ pub const COMPILE_FLAGS: &[&str] = &[
     "--iree-opt-const-expr-hoisting=false",
 ];
 
+/// [`COMPILE_FLAGS`]' counterpart for GPU targets, before the device's
+/// ([`Target::flags`]): O3 like the host; no `--iree-opt-data-tiling`, which
+/// IREE 3.13 does not finish for GPUs (it fails a one-op `x·Wᵀ` for
+/// gfx942); no const-expr hoisting, for the reason [`COMPILE_FLAGS`] gives.
+pub const GPU_COMPILE_FLAGS: &[&str] =
+    &["--iree-input-type=stablehlo", "--iree-opt-level=O3", "--iree-opt-const-expr-hoisting=false"];
+
+/// The spec `iree-compile` applies for [`Target::Host`]
+/// (`--iree-codegen-tuning-spec-path`): llvm-cpu's configs for the ops the
+/// lowering tags `kiln.kernel = "..."` (kiln's packed products). Configs
+/// live here, not on the ops, because an op's `compilation_info` applies to
+/// every target and fails every GPU one; a tag is ignored where no spec
+/// matches it, so one export compiles for every target.
+pub const HOST_TUNING_SPEC: &str = include_str!("../cmake/kiln-host-tuning.mlir");
+
+/// Why a `--target` cannot be compiled for.
+#[derive(Debug, Error, PartialEq)]
+pub enum TargetError {
+    /// Not `host` nor `KIND:ARCH` with a known kind.
+    #[error("unknown target `{0}`: expected host, rocm:<arch> (gfx942, gfx1100, ...), cuda:<arch> (sm_80, sm_89, ...) or vulkan:<target> (rdna3, ampere, valhall4, ...)")]
+    Unknown(String),
+    /// A GPU kind without its arch.
+    #[error("target `{0}` needs an arch after `:`: rocm:gfx942, cuda:sm_80, vulkan:rdna3")]
+    NoArch(String),
+    /// An arch IREE 3.13 has no codegen target for.
+    #[error("IREE 3.13 has no target `{target}`; {hint}")]
+    UnknownArch {
+        /// What was asked for.
+        target: String,
+        /// What to pass instead.
+        hint: String,
+    },
+}
+
+/// NVIDIA archs in IREE 3.13's GPU target table (`getNVIDIAGPUTargetDetails`).
+const CUDA_ARCHS: &[&str] =
+    &["sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_120", "sm_121"];
+
+/// What `iree-compile` generates code for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Target {
+    /// This machine's CPU (llvm-cpu).
+    #[default]
+    Host,
+    /// An AMD GPU through HIP: a gfx arch (`gfx942` for MI300) or a product
+    /// name IREE knows (`mi300x`).
+    Rocm(String),
+    /// An NVIDIA GPU: an `sm_NN` arch in IREE's table.
+    Cuda(String),
+    /// Any Vulkan GPU: an IREE Vulkan target (`rdna3`, `ampere`, `valhall4`).
+    Vulkan(String),
+}
+
+impl std::str::FromStr for Target {
+    type Err = TargetError;
+
+    fn from_str(s: &str) -> Result<Target, TargetError> {
+        if s == "host" {
+            return Ok(Target::Host);
+        }
+        let Some((kind, arch)) = s.split_once(':') else {
+            return Err(match s {
+                "rocm" | "cuda" | "vulkan" => TargetError::NoArch(s.into()),
+                _ => TargetError::Unknown(s.into()),
+            });
+        };
+        if arch.is_empty() {
+            return Err(TargetError::NoArch(s.into()));
+        }
+        let unknown = |hint: &str| Err(TargetError::UnknownArch { target: s.into(), hint: hint.into() });
+        match kind {
+            // The help text lists these, iree-compile rejects them.
+            "rocm" if matches!(arch, "cdna3" | "rdna3" | "cdna2" | "rdna2") => {
+                unknown("pass the chip's gfx arch: rocm:gfx942 (MI300), rocm:gfx90a (MI200), rocm:gfx1100 (RX 7900)")
+            }
+            "rocm" => Ok(Target::Rocm(arch.into())),
+            "cuda" if CUDA_ARCHS.contains(&arch) => Ok(Target::Cuda(arch.into())),
+            "cuda" if arch.starts_with("sm_9") || arch.starts_with("sm_10") || matches!(arch, "hopper" | "h100" | "h200") => {
+                unknown("for Hopper (H100, H200) and newer pass cuda:sm_89: IREE embeds PTX, which the driver JIT-compiles for the GPU at load")
+            }
+            "cuda" => unknown(&format!("pass one of {}", CUDA_ARCHS.iter().map(|a| format!("cuda:{a}")).collect::<Vec<_>>().join(", "))),
+            "vulkan" => Ok(Target::Vulkan(arch.into())),
+            _ => Err(TargetError::Unknown(s.into())),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Host => f.write_str("host"),
+            Target::Rocm(arch) => write!(f, "rocm:{arch}"),
+            Target::Cuda(arch) => write!(f, "cuda:{arch}"),
+            Target::Vulkan(arch) => write!(f, "vulkan:{arch}"),
+        }
+    }
+}
+
+impl Target {
+    /// `iree-compile`'s flags for this target, the host's tuning spec
+    /// being at `host_spec` ([`HOST_TUNING_SPEC`]).
+    /// GPUs: [`GPU_COMPILE_FLAGS`], then the device and its arch.
+    pub fn flags(&self, host_spec: &Path) -> Vec<String> {
+        let device = |device: &str, arch_flag: &str, arch: &str| {
+            GPU_COMPILE_FLAGS
+                .iter()
+                .map(|f| f.to_string())
+                .chain([format!("--iree-hal-target-device={device}"), format!("--{arch_flag}={arch}")])
+                .collect()
+        };
+        match self {
+            Target::Host => COMPILE_FLAGS
+                .iter()
+                .map(|f| f.to_string())
+                .chain([format!("--iree-codegen-tuning-spec-path={}", host_spec.display())])
+                .collect(),
+            Target::Rocm(arch) => device("hip", "iree-rocm-target", arch),
+            Target::Cuda(arch) => device("cuda", "iree-cuda-target", arch),
+            Target::Vulkan(arch) => device("vulkan", "iree-vulkan-target", arch),
+        }
+    }
+
+    /// Flags for one module holding a variant for each of `gpus` (IREE
+    /// picks the one the device at hand takes): the devices in one
+    /// `--iree-hal-target-device` list, then each one's arch flag.
+    /// [`TargetError::Unknown`] for the host, whose flags (data tiling) the
+    /// GPUs do not take, or for an empty list.
+    pub fn gpu_flags(gpus: &[Target]) -> Result<Vec<String>, TargetError> {
+        let dummy = Path::new("");
+        let mut devices = Vec::new();
+        let mut archs = Vec::new();
+        for gpu in gpus {
+            if *gpu == Target::Host {
+                return Err(TargetError::Unknown("host among GPU targets".into()));
+            }
+            for flag in gpu.flags(dummy).into_iter().skip(GPU_COMPILE_FLAGS.len()) {
+                match flag.strip_prefix("--iree-hal-target-device=") {
+                    Some(device) => devices.push(device.to_string()),
+                    None => archs.push(flag),
+                }
+            }
+        }
+        if devices.is_empty() {
+            return Err(TargetError::Unknown("no GPU target".into()));
+        }
+        let device = format!("--iree-hal-target-device={}", devices.join(","));
+        Ok(GPU_COMPILE_FLAGS.iter().map(|f| f.to_string()).chain([device]).chain(archs).collect())
+    }
+
+    /// The `--device` of `iree-run-module` for a module compiled for it.
+    pub fn device(&self) -> &'static str {
+        match self {
+            Target::Host => "local-task",
+            Target::Rocm(_) => "hip",
+            Target::Cuda(_) => "cuda",
+            Target::Vulkan(_) => "vulkan",
+        }
+    }
+}
+
 /// What one run of a tool took; its caller reports it (`kiln compile`
 /// prints iree-compile's).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -150,23 +310,45 @@ impl Iree {
     /// Compiles an `.mlir`/`.mlirbc` file for the host CPU into `vmfb`,
     /// written atomically; returns what iree-compile took.
     pub fn compile(&self, mlir: &Path, vmfb: &Path) -> Result<ToolStats, IreeError> {
-        self.compile_with(mlir, vmfb, &[])
+        self.compile_for(&Target::Host, mlir, vmfb, &[])
     }
 
-    /// [`Iree::compile`] with `extra` flags after the target's.
-    pub fn compile_with(&self, mlir: &Path, vmfb: &Path, extra: &[String]) -> Result<ToolStats, IreeError> {
+    /// Compiles for `target`, with `extra` flags after the target's.
+    pub fn compile_for(
+        &self,
+        target: &Target,
+        mlir: &Path,
+        vmfb: &Path,
+        extra: &[String],
+    ) -> Result<ToolStats, IreeError> {
+        let io = |error| IreeError::Io { context: format!("writing {}", vmfb.display()), error };
+        let spec = tempfile::Builder::new().prefix("kiln-host-tuning").suffix(".mlir").tempfile().map_err(io)?;
+        std::fs::write(spec.path(), HOST_TUNING_SPEC).map_err(io)?;
+        self.compile_with_flags(&target.flags(spec.path()), mlir, vmfb, extra)
+    }
+
+    /// Compiles with the target flags `flags` ([`Target::flags`],
+    /// [`Target::gpu_flags`]), then `extra`.
+    pub fn compile_with_flags(
+        &self,
+        flags: &[String],
+        mlir: &Path,
+        vmfb: &Path,
+        extra: &[String],
+    ) -> Result<ToolStats, IreeError> {
         let io = |error| IreeError::Io { context: format!("writing {}", vmfb.display()), error };
         // iree-compile writes the file by name.
         let tmp = crate::AtomicFile::create_named(vmfb).map_err(io)?;
         let mut cmd = Command::new(&self.compile);
-        cmd.args(COMPILE_FLAGS).args(extra).arg(mlir).arg("-o").arg(tmp.temp_path().expect("a named file"));
+        cmd.args(flags).args(extra).arg(mlir).arg("-o").arg(tmp.temp_path().expect("a named file"));
         let (_, stats) = run_tool(cmd)?;
         tmp.commit().map_err(io)?;
         Ok(stats)
     }
 
-    /// Runs `function` of a compiled module; inputs and outputs are `.npy`
-    /// files; each of `parameters` binds a scope to a parameter file.
+    /// Runs `function` of a module compiled for the host; inputs and
+    /// outputs are `.npy` files; each of `parameters` binds a scope to a
+    /// parameter file.
     pub fn run(
         &self,
         vmfb: &Path,
@@ -175,8 +357,23 @@ impl Iree {
         parameters: &[(&str, &Path)],
         outputs: &[PathBuf],
     ) -> Result<String, IreeError> {
+        self.run_on(Target::Host.device(), vmfb, function, inputs, parameters, outputs)
+    }
+
+    /// [`Iree::run`] on `device` ([`Target::device`]).
+    pub fn run_on(
+        &self,
+        device: &str,
+        vmfb: &Path,
+        function: &str,
+        inputs: &[PathBuf],
+        parameters: &[(&str, &Path)],
+        outputs: &[PathBuf],
+    ) -> Result<String, IreeError> {
         let mut cmd = Command::new(&self.run_module);
-        cmd.arg(format!("--module={}", vmfb.display())).arg(format!("--function={function}"));
+        cmd.arg(format!("--device={device}"))
+            .arg(format!("--module={}", vmfb.display()))
+            .arg(format!("--function={function}"));
         for (scope, file) in parameters {
             cmd.arg(format!("--parameters={scope}={}", file.display()));
         }
@@ -289,9 +486,68 @@ mod tests {
     #[test]
     fn cmake_module_compiles_with_the_same_flags() {
         let cmake = include_str!("../cmake/KilnExport.cmake");
-        let start = cmake.find("set(KILN_IREE_COMPILE_FLAGS").expect("KILN_IREE_COMPILE_FLAGS is set");
-        let end = start + cmake[start..].find("CACHE STRING").expect("as a cache variable");
-        let flags: Vec<&str> = cmake[start..end].split('"').skip(1).step_by(2).collect();
-        assert_eq!(flags, super::COMPILE_FLAGS);
+        for (var, expected) in
+            [("KILN_IREE_COMPILE_FLAGS", COMPILE_FLAGS), ("KILN_IREE_GPU_COMPILE_FLAGS", GPU_COMPILE_FLAGS)]
+        {
+            let start = cmake.find(&format!("set({var}\n")).unwrap_or_else(|| panic!("{var} is set"));
+            let end = start + cmake[start..].find("CACHE STRING").expect("as a cache variable");
+            let flags: Vec<&str> = cmake[start..end].split('"').skip(1).step_by(2).collect();
+            assert_eq!(flags, expected, "{var}");
+        }
+    }
+
+    /// Each kind of target parses to its device and arch flags, prints back
+    /// as given, and an arch IREE 3.13 lacks says what to pass instead.
+    #[test]
+    fn targets_parse_to_their_flags_and_unknown_archs_say_what_to_pass() {
+        let spec = Path::new("/s.mlir");
+        for (text, device, arch_flag) in [
+            ("rocm:gfx942", "hip", "--iree-rocm-target=gfx942"),
+            ("cuda:sm_80", "cuda", "--iree-cuda-target=sm_80"),
+            ("vulkan:rdna3", "vulkan", "--iree-vulkan-target=rdna3"),
+        ] {
+            let target: Target = text.parse().unwrap();
+            assert_eq!((target.to_string().as_str(), target.device()), (text, device));
+            let flags = target.flags(spec);
+            assert!(
+                flags.contains(&format!("--iree-hal-target-device={device}")) && flags.contains(&arch_flag.to_string()),
+                "{flags:?}"
+            );
+            assert!(
+                !flags.iter().any(|f| f.contains("llvmcpu") || f.contains("data-tiling") || f.contains("tuning-spec")),
+                "{flags:?}"
+            );
+        }
+        let host = "host".parse::<Target>().unwrap().flags(spec);
+        assert_eq!(&host[..COMPILE_FLAGS.len()], COMPILE_FLAGS);
+        assert_eq!(host[COMPILE_FLAGS.len()..], ["--iree-codegen-tuning-spec-path=/s.mlir"]);
+        let hopper = "cuda:sm_90".parse::<Target>().unwrap_err().to_string();
+        assert!(hopper.contains("cuda:sm_89") && hopper.contains("JIT"), "{hopper}");
+        let listed = "cuda:sm_50".parse::<Target>().unwrap_err().to_string();
+        assert!(listed.contains("cuda:sm_80"), "{listed}");
+        assert!("rocm:cdna3".parse::<Target>().unwrap_err().to_string().contains("rocm:gfx942"));
+        assert_eq!("rocm".parse::<Target>(), Err(TargetError::NoArch("rocm".into())));
+        assert_eq!("tpu:v5".parse::<Target>(), Err(TargetError::Unknown("tpu:v5".into())));
+        let both = Target::gpu_flags(&["rocm:gfx942".parse().unwrap(), "vulkan:rdna3".parse().unwrap()]).unwrap();
+        assert_eq!(&both[..GPU_COMPILE_FLAGS.len()], GPU_COMPILE_FLAGS);
+        assert_eq!(
+            both[GPU_COMPILE_FLAGS.len()..],
+            ["--iree-hal-target-device=hip,vulkan", "--iree-rocm-target=gfx942", "--iree-vulkan-target=rdna3"]
+        );
+        assert!(Target::gpu_flags(&[Target::Host]).is_err() && Target::gpu_flags(&[]).is_err());
+    }
+
+    /// The host spec tags every config the lowering asks for by name: the
+    /// spec parses as a transform module with one match per tag.
+    #[test]
+    fn host_tuning_spec_matches_each_packed_tag() {
+        for w in [16, 64] {
+            for s in [1, 2] {
+                let tag = format!("kiln.kernel = \"packed_matvec_{w}x{s}\"");
+                assert_eq!(HOST_TUNING_SPEC.matches(&tag).count(), 1, "{tag}");
+                let config = format!("distribution = [{w}, 16, 0], vector_common_parallel = [{s}, 16, 0]");
+                assert_eq!(HOST_TUNING_SPEC.matches(&config).count(), 1, "{config}");
+            }
+        }
     }
 }

@@ -7,7 +7,7 @@ use kiln::check::{self, CheckOptions};
 use kiln::export::{self, EmbedOptions, ExportOptions, ParamsMode};
 use kiln::graph::text;
 use kiln::graph::DType;
-use kiln::iree::Iree;
+use kiln::iree::{Iree, Target};
 use kiln::lower::{self, Emit, LowerOptions};
 use kiln::models::bert::{EmbedChoice, Pooling};
 use kiln::models::synth::{self, Preset, SynthData};
@@ -126,8 +126,14 @@ enum Command {
         #[arg(long)]
         normalize: Option<bool>,
     },
-    /// Compile an export with iree-compile for this CPU (writes DIR/model.vmfb).
-    Compile { dir: PathBuf },
+    /// Compile an export with iree-compile (writes DIR/model.vmfb).
+    Compile {
+        dir: PathBuf,
+        /// What to compile for: host (this CPU), rocm:<arch> (gfx942, gfx1100),
+        /// cuda:<arch> (sm_80, sm_89; sm_89 for Hopper), vulkan:<target> (rdna3).
+        #[arg(long, default_value = "host")]
+        target: Target,
+    },
     /// Embed sentences with a compiled encoder export's `embed`, through
     /// IREE: one vector per line, or their cosine similarities.
     Embed {
@@ -369,16 +375,16 @@ fn run(cli: Cli) -> Result<()> {
                 println!("  removed {n} temporary file(s) of a killed kiln from {} ({bytes} bytes)", output.display());
             }
         }
-        Command::Compile { dir } => {
+        Command::Compile { dir, target } => {
             let iree = Iree::locate()?;
             let start = std::time::Instant::now();
             // iree-compile takes minutes and prints nothing until it is done.
             let spinner = Bars::spinner("iree-compile");
-            let compiled = export::compile(&dir, &iree);
+            let compiled = export::compile(&dir, &iree, &target);
             spinner.finish_and_clear();
             let c = compiled?;
             println!(
-                "compiled {} in {:.1} s (iree-compile {:.1} s, peak RSS {:.1} MB)",
+                "compiled {} for {target} in {:.1} s (iree-compile {:.1} s, peak RSS {:.1} MB)",
                 c.vmfb.display(),
                 start.elapsed().as_secs_f64(),
                 c.iree_compile.seconds,

@@ -26,7 +26,7 @@ mod plan;
 use plan::Plan;
 
 use crate::graph::{DType, Op, TensorType};
-use crate::iree::{Iree, IreeError, ToolStats};
+use crate::iree::{Iree, IreeError, Target, TargetError, ToolStats};
 use crate::lower::{self, Emit, LowerError, LowerOptions, Session, Signature};
 use crate::models::bert::{self, EmbedChoice, Pooling};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
@@ -416,6 +416,10 @@ pub struct Manifest {
     /// The module's public functions, as lowered: `prefill`, `decode` and
     /// `generate`; an encoder's `embed`.
     pub functions: Vec<Signature>,
+    /// What `model.vmfb` was compiled for ([`crate::iree::Target`]), set by
+    /// [`compile`]; absent before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiled_for: Option<String>,
     /// What an encoder's `embed` computes; absent for decoders.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub embedding: Option<Embedding>,
@@ -463,6 +467,15 @@ impl Manifest {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| ExportError::Manifest { path: path.clone(), message: e.to_string() })?;
         serde_json::from_str(&text).map_err(|e| ExportError::Manifest { path, message: e.to_string() })
+    }
+
+    /// Writes `dir`'s manifest atomically; returns its path.
+    fn write(&self, dir: &Path) -> Result<PathBuf> {
+        let path = dir.join(Self::FILE);
+        let json = serde_json::to_string_pretty(self).expect("a manifest always serializes") + "\n";
+        crate::write_atomically(&path, json.as_bytes())
+            .map_err(|error| ExportError::Io { path: path.clone(), error })?;
+        Ok(path)
     }
 
     /// Parameter bindings with files resolved against `dir`.
@@ -606,6 +619,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         elided_resources: plan.elided_resources(),
         compile_flags: plan.compile_flags.clone(),
         functions: lower::signatures(&module),
+        compiled_for: None,
         embedding: match &program {
             Program::Decoder(_) => None,
             Program::Encoder(c) => Some(Embedding {
@@ -617,11 +631,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
             }),
         },
     };
-    let manifest_path = dir.join(Manifest::FILE);
-    let json = serde_json::to_string_pretty(&manifest).expect("a manifest always serializes") + "\n";
-    crate::write_atomically(&manifest_path, json.as_bytes())
-        .map_err(|error| ExportError::Io { path: manifest_path.clone(), error })?;
-    written.add(manifest_path)?;
+    written.add(manifest.write(dir)?)?;
     let (bytes_written, stale_temps) = written.keep();
 
     Ok(ExportSummary {
@@ -755,9 +765,10 @@ pub struct Compiled {
     pub iree_compile: ToolStats,
 }
 
-/// Compiles an export's module into `model.vmfb` next to it.
-pub fn compile(dir: &Path, iree: &Iree) -> Result<Compiled> {
-    let manifest = Manifest::read(dir)?;
+/// Compiles an export's module for `target` into `model.vmfb` next to it,
+/// and records the target in the manifest (`compiled_for`).
+pub fn compile(dir: &Path, iree: &Iree, target: &Target) -> Result<Compiled> {
+    let mut manifest = Manifest::read(dir)?;
     // A killed `kiln compile` leaves its named temporary `model.vmfb`.
     crate::atomic::remove_stale_temps(dir).map_err(|error| ExportError::Io { path: dir.to_path_buf(), error })?;
     if manifest.elided_resources {
@@ -769,7 +780,9 @@ pub fn compile(dir: &Path, iree: &Iree) -> Result<Compiled> {
         });
     }
     let vmfb = dir.join(Manifest::VMFB);
-    let iree_compile = iree.compile_with(&dir.join(&manifest.module), &vmfb, &manifest.compile_flags)?;
+    let iree_compile = iree.compile_for(target, &dir.join(&manifest.module), &vmfb, &manifest.compile_flags)?;
+    manifest.compiled_for = Some(target.to_string());
+    manifest.write(dir)?;
     Ok(Compiled { vmfb, iree_compile })
 }
 
@@ -823,7 +836,10 @@ pub fn generate(dir: &Path, prompt: &str, max_new_tokens: usize, iree: &Iree) ->
     let parameters = manifest.parameter_paths(dir);
     let bindings: Vec<(&str, &Path)> = parameters.iter().map(|(s, p)| (s.as_str(), p.as_path())).collect();
     let start = Instant::now();
-    iree.run(&vmfb, "generate", &[tokens_npy, n_npy], &bindings, std::slice::from_ref(&out_npy))?;
+    let target: Target = manifest.compiled_for.as_deref().unwrap_or("host").parse().map_err(|e: TargetError| {
+        ExportError::Manifest { path: dir.join(Manifest::FILE), message: format!("compiled_for: {e}") }
+    })?;
+    iree.run_on(target.device(), &vmfb, "generate", &[tokens_npy, n_npy], &bindings, std::slice::from_ref(&out_npy))?;
     let seconds = start.elapsed().as_secs_f64();
     let out = npy::read(&out_npy)?.to_f64_vec();
     let mut tokens = Vec::new();
@@ -931,6 +947,8 @@ fn encoder_manifest(dir: &Path) -> Result<(Manifest, Embedding)> {
 
 #[cfg(test)]
 mod bert_tests;
+#[cfg(test)]
+mod target_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub(super) fn export_and_compile(model: &Path, options: &ExportOptions) -> (temp
     let dir = tempfile::tempdir().unwrap();
     let summary = export(model, dir.path(), options, &mut ()).unwrap_or_else(|e| panic!("export: {e}"));
     let start = Instant::now();
-    compile(dir.path(), &Iree::for_tests()).unwrap_or_else(|e| panic!("compile: {e}"));
+    compile(dir.path(), &Iree::for_tests(), &Target::Host).unwrap_or_else(|e| panic!("compile: {e}"));
     eprintln!(
         "{} ({}): export {:.2} s, {} ops, {} bytes written; iree-compile {:.0} s",
         model.display(),
@@ -349,7 +349,7 @@ fn export_errors_name_the_culprit_and_leave_nothing() {
     // A printed blob is one line of hex, as long as twice its bytes.
     let longest = text.lines().map(str::len).max().unwrap();
     assert!(text.contains("dense_resource<") && longest < 1000, "blobs are elided: a {longest}-byte line");
-    let e = compile(&out, &Iree::for_tests()).unwrap_err().to_string();
+    let e = compile(&out, &Iree::for_tests(), &Target::Host).unwrap_err().to_string();
     assert!(e.contains("--emit mlirbc") && e.contains("--full-resources"), "{e}");
 }
 
@@ -415,7 +415,7 @@ fn every_ggml_type_runs_from_its_gguf() {
         match compiled.get(&text) {
             Some(done) => drop(std::fs::copy(done, &vmfb).unwrap()),
             None => {
-                compile(&dir, &Iree::for_tests()).unwrap_or_else(|e| panic!("{ty}: compile: {e}"));
+                compile(&dir, &Iree::for_tests(), &Target::Host).unwrap_or_else(|e| panic!("{ty}: compile: {e}"));
                 compiled.insert(text, vmfb);
             }
         }

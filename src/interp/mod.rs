@@ -480,6 +480,7 @@ fn eval(
         Op::DotGeneral(dims) => dot_general::dot_general(arg(0), arg(1), dims, ty),
         Op::Gather => gather::gather(arg(0), arg(1)),
         Op::Reduce { kind, dimensions } => Ok(reduce::reduce(*kind, arg(0), dimensions, ty)),
+        Op::Argmax { dimension } => Ok(reduce::argmax(arg(0), *dimension, ty)),
         Op::Dequantize { ggml } => dequantize::dequantize(*ggml, arg(0)),
         Op::PackedMatvec { ggml } => {
             let matrices: Vec<&Value> = (0..node.operands.len() - 1).map(arg).collect();

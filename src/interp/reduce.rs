@@ -20,6 +20,25 @@ pub(super) fn reduce(kind: ReduceKind, x: &Value, dimensions: &[usize], out: &Te
     })
 }
 
+/// The first index of the maximum along `dimension` (a NaN is the maximum),
+/// from the values as f64: exact but for i64 beyond 2^53.
+pub(super) fn argmax(x: &Value, dimension: usize, out: &TensorType) -> Buffer {
+    let values = x.to_f64_vec();
+    let len = x.ty.shape[dimension];
+    let inner: usize = x.ty.shape[dimension + 1..].iter().product();
+    let mut best = vec![(f64::NEG_INFINITY, -1i32); out.num_elements()];
+    for (i, &v) in values.iter().enumerate() {
+        let (outer, at, rest) = (i / (len * inner), (i / inner) % len, i % inner);
+        let slot = &mut best[outer * inner + rest];
+        let wins = slot.1 < 0 || (!slot.0.is_nan() && (v.is_nan() || v > slot.0));
+        if wins {
+            *slot = (v, at as i32);
+        }
+    }
+    // An empty dim gives the lowering's sentinel past every index, 0.
+    Buffer::from(best.into_iter().map(|(_, i)| i.max(0)).collect::<Vec<i32>>())
+}
+
 /// Summed in the wide accumulator, rounded once per result element.
 fn sum<T: Elem>(v: &[T], target: &[usize], n: usize) -> Buffer {
     let mut acc = vec![T::Acc::default(); n];

@@ -565,7 +565,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
 
     /// The run-time size of `?` as `tensor<1xi64>`, from the `tensor.dim`
     /// that [`Emitter::dynamic_index`] reads: one read for both uses.
-    fn dynamic_size(&self) -> Result<Value<'c, 'a>, LowerError> {
+    pub(super) fn dynamic_size(&self) -> Result<Value<'c, 'a>, LowerError> {
         if let Some(&size) = self.function.dynamic_size.get() {
             return Ok(size);
         }
@@ -718,6 +718,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             }
             Op::Gather => gather::lower_gather(self, operands[0], operands[1], operand_types[0], operand_types[1], ty),
             Op::Reduce { kind, dimensions } => reduce::lower_reduce(self, *kind, operands[0], dimensions, ty),
+            Op::Argmax { dimension } => reduce::lower_argmax(self, operands[0], operand_types[0], *dimension, ty),
             Op::Dequantize { ggml } => dequantize::lower_dequantize(self, *ggml, operands[0], operand_types[0], ty),
             Op::PackedMatvec { ggml } => {
                 let (&x, matrices) = operands.split_last().expect("at least two operands");

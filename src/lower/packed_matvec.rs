@@ -24,10 +24,13 @@
 //! with a lane sum per matrix, and one reduce finishes them all: streaming
 //! them side by side is faster than one after the other.
 //!
-//! The lowering config is llvm-cpu's (`iree::COMPILE_FLAGS`): 16 rows per
-//! workgroup (64 for a vocabulary head, [`WIDE_ROWS`]), 16 lanes per vector,
-//! one block per reduction step, and one or two rows per step by row length
-//! ([`TWO_ROWS_MAX_BYTES`]).
+//! The generic carries no lowering config, only a tag naming the one
+//! llvm-cpu wants (`kiln.kernel`, [`kernel_tag`]), which `iree-compile`
+//! applies from kiln's host tuning spec (`iree::HOST_TUNING_SPEC`): 16 rows
+//! per workgroup (64 for a vocabulary head, [`WIDE_ROWS`]), 16 lanes per
+//! vector, one block per reduction step, and one or two rows per step by
+//! row length ([`TWO_ROWS_MAX_BYTES`]). A config on the op would apply to
+//! every target and fail the GPU ones; without it GPUs pick their own.
 
 use super::constant::lower_constant;
 use super::dequantize::ggml_callee;
@@ -64,14 +67,12 @@ const TWO_ROWS_MAX_BYTES: usize = 512;
 /// product split 24 ways balances worse over the threads than 96 ways.
 const WIDE_ROWS: usize = 16384;
 
-/// llvm-cpu's config: `workgroup_rows` rows per workgroup, `step_rows` rows
-/// of 16 lanes per vector step, one block per reduction step.
-fn compilation_info(workgroup_rows: usize, step_rows: usize) -> String {
-    format!(
-        "#iree_codegen.compilation_info<lowering_config = #iree_cpu.lowering_config<distribution = [{workgroup_rows}, 16, 0], \
-         vector_common_parallel = [{step_rows}, 16, 0], vector_reduction = [0, 0, 1]>, translation_info = \
-         #iree_codegen.translation_info<pipeline = #iree_cpu.pipeline<DoubleTilingExpert>>>"
-    )
+/// The `kiln.kernel` tag of a generic that wants llvm-cpu's config of
+/// `workgroup_rows` rows per workgroup, `step_rows` rows of 16 lanes per
+/// vector step and one block per reduction step: the host tuning spec
+/// (`iree::HOST_TUNING_SPEC`) holds one entry per tag.
+fn kernel_tag(workgroup_rows: usize, step_rows: usize) -> String {
+    format!("\"packed_matvec_{workgroup_rows}x{step_rows}\"")
 }
 
 /// A call to one private function per (ggml type, raw type, shape, number
@@ -229,8 +230,8 @@ fn emit_body<'c, 'a>(
             attr("iterator_types", &iterators)?,
             attr("operandSegmentSizes", &segments)?,
             attr(
-                "compilation_info",
-                &compilation_info(
+                "kiln.kernel",
+                &kernel_tag(
                     if rows >= WIDE_ROWS { 64 } else { 16 },
                     if blocks * size <= TWO_ROWS_MAX_BYTES { 2 } else { 1 },
                 ),

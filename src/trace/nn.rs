@@ -21,7 +21,7 @@
 //! primitives.
 
 use super::{Tensor, TraceError, Tracer};
-use crate::graph::{ComparisonDirection as Cmp, DType, DotDimensions, Graph, ReduceKind, TensorType, DYNAMIC};
+use crate::graph::{ComparisonDirection as Cmp, DType, DotDimensions, Graph, Op, ReduceKind, TensorType, DYNAMIC};
 use std::f64::consts::{FRAC_2_PI, PI};
 
 type Result<T> = std::result::Result<T, TraceError>;
@@ -225,26 +225,15 @@ impl<'t> Tensor<'t> {
     /// Index of the maximum along `dim` as i32, the first one on ties; a NaN
     /// counts as the maximum (as in `torch.argmax`).
     ///
-    /// `argmax(x) = min { i : xᵢ = max x }`: max-reduce, compare against the
-    /// broadcast max, select the iota index or a sentinel past every index,
-    /// min-reduce (as `-max(-i)`, there being no min reduction).
+    /// One `argmax` op, which the lowering makes two reductions of, reading
+    /// the indices from a constant where an iota here would put an `index`
+    /// across a reduction, which IREE 3.13's Vulkan codegen cannot compile.
     pub fn argmax(&self, dim: usize) -> Result<Tensor<'t>> {
         require_dim("argmax", self, dim)?;
         if self.ty.dtype == DType::I1 {
             return fail("argmax", format!("expects a numeric tensor, found {}", self.ty));
         }
-        let max = keep_dim(&self.reduce(ReduceKind::Max, &[dim])?, &self.ty, dim)?;
-        let mut is_max = self.compare(Cmp::Eq, &max)?;
-        if self.ty.dtype.is_float() {
-            // NaN equals nothing, itself included.
-            let is_nan = self.compare(Cmp::Ne, self)?;
-            is_max = is_nan.select(&splat(&is_nan, 1.0)?, &is_max)?;
-        }
-        let index_ty = self.ty.with_dtype(DType::I32);
-        let index = self.tracer.iota(dim, index_ty.clone())?;
-        let past_end = self.tracer.constant(self.ty.shape[dim] as f64, index_ty)?;
-        let candidate = is_max.select(&index, &past_end)?;
-        candidate.negate()?.reduce(ReduceKind::Max, &[dim])?.negate()
+        self.tracer.push("", Op::Argmax { dimension: dim }, &[self], None)
     }
 }
 

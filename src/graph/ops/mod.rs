@@ -125,6 +125,12 @@ pub enum Op {
         /// The dims reduced away.
         dimensions: Vec<usize>,
     },
+    /// The i32 index of the maximum along `dimension`, which goes away: the
+    /// first on ties; a NaN counts as the maximum.
+    Argmax {
+        /// The dim reduced away.
+        dimension: usize,
+    },
     /// ggml blocks (1-D `i8`/`ui8` bytes) to f32 of the declared shape.
     Dequantize {
         /// The blocks' ggml type.
@@ -204,6 +210,7 @@ impl Op {
             Op::DotGeneral(_) => "dot_general",
             Op::Gather => "gather",
             Op::Reduce { .. } => "reduce",
+            Op::Argmax { .. } => "argmax",
             Op::Dequantize { .. } => "dequantize",
             Op::PackedMatvec { .. } => "packed_matvec",
         }
@@ -243,6 +250,7 @@ impl Op {
             | Op::BroadcastInDim { .. }
             | Op::Slice { .. }
             | Op::Reduce { .. }
+            | Op::Argmax { .. }
             | Op::Dequantize { .. } => (1, false),
             Op::Binary(_) | Op::Bitwise(_) | Op::Compare(_) | Op::Pad { .. } | Op::DotGeneral(_) | Op::Gather => {
                 (2, false)
@@ -317,6 +325,7 @@ impl Op {
             Op::DotGeneral(dims) => dot_general::infer_dot_general(operands[0], operands[1], dims),
             Op::Gather => gather::infer_gather(operands[0], operands[1]),
             Op::Reduce { kind, dimensions } => reduce::infer_reduce(*kind, operands[0], dimensions),
+            Op::Argmax { dimension } => reduce::infer_argmax(operands[0], *dimension),
             Op::Dequantize { ggml } => {
                 dequantize::infer_dequantize(*ggml, operands[0], declared.expect("declared-type op"))
             }
@@ -375,6 +384,7 @@ impl Op {
                 ("kind", AttrValue::Ident(kind.as_str().into())),
                 ("dimensions", AttrValue::Ints(dimensions.clone())),
             ],
+            Op::Argmax { dimension } => vec![("dimension", AttrValue::Int(*dimension))],
             Op::Dequantize { ggml } | Op::PackedMatvec { ggml } => {
                 vec![("ggml_type", AttrValue::Ident(ggml.name().into()))]
             }
@@ -420,6 +430,7 @@ impl Op {
             }),
             "gather" => Op::Gather,
             "reduce" => Op::Reduce { kind: attrs.ident("kind")?.parse()?, dimensions: attrs.ints("dimensions")? },
+            "argmax" => Op::Argmax { dimension: attrs.int("dimension")? },
             "dequantize" => Op::Dequantize { ggml: attrs.ident("ggml_type")?.parse()? },
             "packed_matvec" => Op::PackedMatvec { ggml: attrs.ident("ggml_type")?.parse()? },
             other => {

@@ -46,6 +46,17 @@ pub fn infer_reduce(kind: ReduceKind, operand: &TensorType, dimensions: &[usize]
     Ok(TensorType::new(shape, operand.dtype))
 }
 
+/// argmax: `dimension` in range and reduced away, a numeric operand, an
+/// i32 result.
+pub fn infer_argmax(operand: &TensorType, dimension: usize) -> Result<TensorType, ShapeError> {
+    check_dims("argmax", "kiln", "dimension", &[dimension], operand.rank())?;
+    if operand.dtype == DType::I1 {
+        return Err(ShapeError::new("argmax", "kiln", format!("expects a numeric tensor, found {operand}")));
+    }
+    let shape = (0..operand.rank()).filter(|&d| d != dimension).map(|d| operand.shape[d]).collect::<Vec<_>>();
+    Ok(TensorType::new(shape, DType::I32))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,5 +68,8 @@ mod tests {
         assert_eq!(infer_reduce(ReduceKind::Max, &x, &[0, 2]).unwrap().to_string(), "tensor<3xf32>");
         assert_eq!(infer_reduce(ReduceKind::Sum, &x, &[3]).unwrap_err().rule, "C4");
         assert_eq!(infer_reduce(ReduceKind::Sum, &x, &[1, 1]).unwrap_err().rule, "C4");
+        assert_eq!(infer_argmax(&x, 2).unwrap().to_string(), "tensor<2x3xi32>");
+        assert!(infer_argmax(&x, 3).is_err());
+        assert!(infer_argmax(&"tensor<2xi1>".parse().unwrap(), 0).is_err());
     }
 }
