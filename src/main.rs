@@ -114,9 +114,10 @@ enum Command {
         /// of eliding those over 1 MiB: the text then compiles.
         #[arg(long)]
         full_resources: bool,
-        /// Encoders: sentences per `embed` call.
-        #[arg(long, default_value_t = EmbedOptions::default().batch)]
-        batch: usize,
+        /// Encoders: `embed` takes any number of sentences and runs them
+        /// this many at a time (then one at a time for what is left).
+        #[arg(long, default_value_t = EmbedOptions::default().chunk)]
+        chunk: usize,
         /// Encoders: pooling where the checkpoint does not say (no
         /// sentence-transformers modules.json, a GGUF without pooling_type).
         #[arg(long, value_parser = PossibleValuesParser::new(Pooling::ALL.map(|p| p.name())).try_map(|s| s.parse::<Pooling>()))]
@@ -304,7 +305,7 @@ fn run(cli: Cli) -> Result<()> {
             kv_dtype,
             emit: form,
             full_resources,
-            batch,
+            chunk,
             pooling,
             normalize,
         } => {
@@ -325,7 +326,7 @@ fn run(cli: Cli) -> Result<()> {
                     EmitForm::Mlir => Emit::Mlir { elide_resources_over: Some(1 << 20) },
                     EmitForm::Mlirbc => Emit::Mlirbc,
                 }),
-                embed: EmbedOptions { batch, choice: EmbedChoice { pooling, normalize } },
+                embed: EmbedOptions { chunk, choice: EmbedChoice { pooling, normalize } },
             };
             let mut progress = Bars::default();
             let result = export::export(&model, &output, &options, &mut progress);
@@ -352,8 +353,8 @@ fn run(cli: Cli) -> Result<()> {
             );
             if let Some(e) = &m.embedding {
                 println!(
-                    "  embed: {} sentences a call, up to {} tokens each, {} pooling{}, {} features",
-                    e.batch,
+                    "  embed: any number of sentences ({} at a time), up to {} tokens each, {} pooling{}, {} features",
+                    e.chunk,
                     e.max_length,
                     e.pooling.name(),
                     if e.normalize { " then L2" } else { "" },
@@ -406,10 +407,9 @@ fn run(cli: Cli) -> Result<()> {
             }
             emit(&out)?;
             eprintln!(
-                "{} sentences ({} tokens) in {} call(s), {:.2} s (including module loads)",
+                "{} sentences ({} tokens), {:.2} s (including the module's load)",
                 texts.len(),
                 e.tokens.iter().map(Vec::len).sum::<usize>(),
-                e.calls,
                 e.seconds
             );
         }

@@ -57,19 +57,22 @@ fn assert_close(name: &str, got: &[Vec<f32>], want: &[Vec<f64>], tolerance: f64)
 }
 
 /// all-MiniLM-L6-v2 through IREE against sentence-transformers, per
-/// sentence: transformers' ids through the export in ragged batches of 4
-/// (the last one part-filled), each sentence again alone, and the texts
-/// through kiln's own WordPiece.
+/// sentence: transformers' ids through the export as one ragged batch (ten
+/// sentences in chunks of 4: two chunks, then two alone), each sentence
+/// again alone, and the texts through kiln's own WordPiece.
 #[test]
 fn minilm_matches_sentence_transformers() {
     let r = reference("minilm.json");
     let options =
-        ExportOptions { embed: EmbedOptions { batch: 4, ..EmbedOptions::default() }, ..ExportOptions::default() };
+        ExportOptions { embed: EmbedOptions { chunk: 4, ..EmbedOptions::default() }, ..ExportOptions::default() };
     let (dir, summary) = export_and_compile(&minilm_dir(), &options);
     assert_eq!(summary.params_written, 0, "the safetensors are read in place");
+    let embed_fn = summary.manifest.functions.iter().find(|f| f.name == "embed").unwrap();
+    assert_eq!(embed_fn.inputs, ["tensor<?x?xi32>", "tensor<?x?xi32>"]);
+    assert_eq!(embed_fn.outputs, ["tensor<?x384xf32>"]);
     let iree = Iree::for_tests();
+    assert_eq!(r.ids.len() % 4, 2, "the batch ends with sentences the chunks leave");
     let batched = embed_ids(dir.path(), &r.ids, 0, &iree).unwrap();
-    assert_eq!(batched.calls, r.ids.len().div_ceil(4));
     let worst = assert_close("minilm batched", &batched.vectors, &r.vectors, 1e-5);
     eprintln!("minilm: max |kiln - sentence-transformers| {worst:e} in {:.2} s", batched.seconds);
     // Padding does not change a sentence's vector: each alone, unpadded.
@@ -92,7 +95,7 @@ fn tiny_bert_from_hf_and_gguf_matches_transformers() {
     // A GGUF does not record the normalization: the choice says none, as
     // the HF directory's modules.json does.
     let choice = EmbedChoice { pooling: None, normalize: Some(false) };
-    let options = ExportOptions { embed: EmbedOptions { batch: 3, choice }, ..ExportOptions::default() };
+    let options = ExportOptions { embed: EmbedOptions { chunk: 3, choice }, ..ExportOptions::default() };
     let iree = Iree::for_tests();
     for model in [bert_dir().join("tiny"), bert_dir().join("tiny/tiny.gguf")] {
         let (dir, _) = export_and_compile(&model, &options);
@@ -127,7 +130,7 @@ fn minilm_gguf_matches_sentence_transformers() {
         assert_eq!(&tokenizer.encode(sentence, 256), ids, "{sentence:?}");
     }
     let options =
-        ExportOptions { embed: EmbedOptions { batch: 4, ..EmbedOptions::default() }, ..ExportOptions::default() };
+        ExportOptions { embed: EmbedOptions { chunk: 4, ..EmbedOptions::default() }, ..ExportOptions::default() };
     let (dir, _) = export_and_compile(&gguf, &options);
     let texts: Vec<&str> = r.sentences.iter().map(String::as_str).collect();
     let e = embed(dir.path(), &texts, &Iree::for_tests()).unwrap();

@@ -27,7 +27,7 @@ use plan::Plan;
 
 use crate::graph::{DType, Op, TensorType};
 use crate::iree::{Iree, IreeError, Target, TargetError, ToolStats};
-use crate::lower::{self, Emit, LowerError, LowerOptions, Session, Signature};
+use crate::lower::{self, Emit, LowerError, LowerOptions, RowLoop, Session, Signature};
 use crate::models::bert::{self, EmbedChoice, Pooling};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
 use crate::models::{
@@ -163,24 +163,26 @@ pub struct ExportOptions {
     pub kv_dtype: DType,
     /// The module's form; by default bytecode for inline params, else text.
     pub emit: Option<Emit>,
-    /// Encoders (BERT): sentences per `embed` call, and the pooling and
-    /// normalization where the checkpoint does not say.
+    /// Encoders (BERT): sentences per chunk of `embed`'s loop, and the
+    /// pooling and normalization where the checkpoint does not say.
     pub embed: EmbedOptions,
 }
 
 /// How an encoder's `embed` is exported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EmbedOptions {
-    /// Sentences per call: kiln's graphs have one run-time size, which the
-    /// sentence length takes, so the batch is fixed.
-    pub batch: usize,
+    /// Sentences per chunk: `embed` takes any number of sentences and runs
+    /// them `chunk` at a time, then one at a time for what is left
+    /// ([`crate::lower::RowLoop`]); kiln's graphs have one run-time size,
+    /// which the sentence length takes.
+    pub chunk: usize,
     /// Pooling and normalization for checkpoints that do not say.
     pub choice: EmbedChoice,
 }
 
 impl Default for EmbedOptions {
     fn default() -> Self {
-        EmbedOptions { batch: 8, choice: EmbedChoice::default() }
+        EmbedOptions { chunk: 8, choice: EmbedChoice::default() }
     }
 }
 
@@ -425,12 +427,12 @@ pub struct Manifest {
     pub embedding: Option<Embedding>,
 }
 
-/// An encoder export's `embed(ids: tensor<BATCHx?xi32>, mask:
-/// tensor<BATCHx?xi32>) -> tensor<BATCHxDIMxf32>`.
+/// An encoder export's `embed(ids: tensor<?x?xi32>, mask: tensor<?x?xi32>)
+/// -> tensor<?xDIMxf32>`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Embedding {
-    /// Sentences per call.
-    pub batch: usize,
+    /// Sentences per chunk of `embed`'s loop ([`EmbedOptions::chunk`]).
+    pub chunk: usize,
     /// Features of a sentence vector.
     pub dim: usize,
     /// How the token states are pooled.
@@ -563,20 +565,16 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         .values()
         .sum();
     let stored = names.iter().map(|name| weights.stored(name)).collect::<std::result::Result<_, _>>()?;
-    let mut plan = Plan::new(options, stored, source.unreadable_by_iree())?;
-    if let Program::Encoder(_) = program {
-        // Data tiling packs the pooling product's `?`-long operand with the
-        // last layer norm fused in, which iree-compile 3.13 vectorizes at
-        // `?` size and refuses ("large vector sizes").
-        plan.compile_flags.push("--iree-opt-data-tiling=false".into());
-    }
+    let plan = Plan::new(options, stored, source.unreadable_by_iree())?;
 
     progress.stage("lowering");
     let session = Session::new();
     let lowering = LowerOptions::default();
     let module = match &traced {
         Traced::Serving(serving) => session.lower_serving(&serving.greedy_loop(), &lowering, &plan.inits())?,
-        Traced::Embed(graph) => session.lower_functions(&[graph], &lowering, &plan.inits())?,
+        Traced::Embed(graphs) => {
+            session.lower_rows(&RowLoop { name: "embed", graphs: graphs.iter().collect() }, &lowering, &plan.inits())?
+        }
     };
     drop(traced);
 
@@ -623,7 +621,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         embedding: match &program {
             Program::Decoder(_) => None,
             Program::Encoder(c) => Some(Embedding {
-                batch: options.embed.batch,
+                chunk: options.embed.chunk,
                 dim: c.hidden,
                 pooling: c.pooling,
                 normalize: c.normalize,
@@ -670,31 +668,34 @@ impl Program {
 /// The traced graphs of a [`Program`].
 enum Traced {
     Serving(Box<Serving>),
-    Embed(crate::graph::Graph),
+    /// `embed`'s row graphs, a chunk's first ([`RowLoop`]).
+    Embed(Vec<crate::graph::Graph>),
 }
 
 impl Traced {
-    /// The encoder's `embed`, every tensor of the model used
-    /// ([`Checkpoint::unused`]).
+    /// The encoder's `embed` graphs, a chunk's and one sentence's, every
+    /// tensor of the model used ([`Checkpoint::unused`]).
     fn embed(config: &bert::Config, weights: &dyn Checkpoint, options: &ExportOptions) -> Result<Traced> {
-        if options.embed.batch == 0 {
+        let chunk = options.embed.chunk;
+        if chunk == 0 {
             return Err(ExportError::Source {
                 path: weights.path().to_path_buf(),
-                message: "an embed batch of 0 sentences; export with `--batch N`, N >= 1".into(),
+                message: "a chunk of 0 sentences; export with `--chunk N`, N >= 1".into(),
             });
         }
-        let graph = bert::embed(config, weights, options.embed.batch)?;
-        let used: BTreeSet<&str> = graph.params().map(|(_, name, _)| name).collect();
+        let rows = if chunk == 1 { vec![1] } else { vec![chunk, 1] };
+        let graphs = rows.into_iter().map(|r| bert::embed(config, weights, r)).collect::<std::result::Result<Vec<_>, _>>()?;
+        let used: BTreeSet<&str> = graphs[0].params().map(|(_, name, _)| name).collect();
         if let Some(name) = weights.unused(&used, &[]) {
             return Err(ModelError::UnusedTensor { name, family: "bert".into() }.into());
         }
-        Ok(Traced::Embed(graph))
+        Ok(Traced::Embed(graphs))
     }
 
     fn graphs(&self) -> Vec<&crate::graph::Graph> {
         match self {
             Traced::Serving(serving) => serving.greedy_loop().graphs().to_vec(),
-            Traced::Embed(graph) => vec![graph],
+            Traced::Embed(graphs) => graphs.iter().collect(),
         }
     }
 }
@@ -860,9 +861,7 @@ pub struct Embeddings {
     pub tokens: Vec<Vec<u32>>,
     /// Each sentence's vector.
     pub vectors: Vec<Vec<f32>>,
-    /// `embed` calls made: one per batch of the export's size.
-    pub calls: usize,
-    /// Wall time of the `iree-run-module` calls (module loads included).
+    /// Wall time of the `iree-run-module` call (the module's load included).
     pub seconds: f64,
 }
 
@@ -886,9 +885,8 @@ pub fn embed(dir: &Path, texts: &[&str], iree: &Iree) -> Result<Embeddings> {
     embed_ids(dir, &ids, tokenizer.pad(), iree)
 }
 
-/// Runs a compiled encoder export's `embed` on sentences given as ids,
-/// `batch` at a time (the last batch filled up with empty rows), each
-/// batch right-padded with `pad` to its longest sentence.
+/// Runs a compiled encoder export's `embed` on sentences given as ids, in
+/// one call, right-padded with `pad` to the longest.
 pub fn embed_ids(dir: &Path, ids: &[Vec<u32>], pad: u32, iree: &Iree) -> Result<Embeddings> {
     let (manifest, embedding) = encoder_manifest(dir)?;
     let vmfb = dir.join(Manifest::VMFB);
@@ -908,28 +906,26 @@ pub fn embed_ids(dir: &Path, ids: &[Vec<u32>], pad: u32, iree: &Iree) -> Result<
     let npy_path = |name: &str| work.path().join(name);
     let parameters = manifest.parameter_paths(dir);
     let bindings: Vec<(&str, &Path)> = parameters.iter().map(|(s, p)| (s.as_str(), p.as_path())).collect();
-    let (mut vectors, mut calls, start) = (Vec::new(), 0, Instant::now());
-    for chunk in ids.chunks(embedding.batch) {
-        let len = chunk.iter().map(Vec::len).max().unwrap_or(1);
-        let ty = crate::graph::TensorType::new([embedding.batch, len], crate::graph::DType::I32);
-        let (mut tokens, mut mask) = (vec![pad as i32; embedding.batch * len], vec![0; embedding.batch * len]);
-        for (row, sentence) in chunk.iter().enumerate() {
-            for (i, &id) in sentence.iter().enumerate() {
-                (tokens[row * len + i], mask[row * len + i]) = (id as i32, 1);
-            }
-        }
-        let value = |data| {
-            crate::interp::Value::new(ty.clone(), crate::interp::Buffer::I32(data)).expect("one i32 per position")
-        };
-        npy::write(&npy_path("ids.npy"), &value(tokens))?;
-        npy::write(&npy_path("mask.npy"), &value(mask))?;
-        let out = npy_path("out.npy");
-        iree.run(&vmfb, "embed", &[npy_path("ids.npy"), npy_path("mask.npy")], &bindings, std::slice::from_ref(&out))?;
-        let out = npy::read(&out)?.to_f64_vec();
-        vectors.extend(out.chunks(embedding.dim).take(chunk.len()).map(|v| v.iter().map(|&x| x as f32).collect()));
-        calls += 1;
+    let start = Instant::now();
+    if ids.is_empty() {
+        return Ok(Embeddings { tokens: vec![], vectors: vec![], seconds: 0.0 });
     }
-    Ok(Embeddings { tokens: ids.to_vec(), vectors, calls, seconds: start.elapsed().as_secs_f64() })
+    let (rows, len) = (ids.len(), ids.iter().map(Vec::len).max().unwrap_or(1));
+    let ty = crate::graph::TensorType::new([rows, len], crate::graph::DType::I32);
+    let (mut tokens, mut mask) = (vec![pad as i32; rows * len], vec![0; rows * len]);
+    for (row, sentence) in ids.iter().enumerate() {
+        for (i, &id) in sentence.iter().enumerate() {
+            (tokens[row * len + i], mask[row * len + i]) = (id as i32, 1);
+        }
+    }
+    let value =
+        |data| crate::interp::Value::new(ty.clone(), crate::interp::Buffer::I32(data)).expect("one i32 per position");
+    npy::write(&npy_path("ids.npy"), &value(tokens))?;
+    npy::write(&npy_path("mask.npy"), &value(mask))?;
+    let out = npy_path("out.npy");
+    iree.run(&vmfb, "embed", &[npy_path("ids.npy"), npy_path("mask.npy")], &bindings, std::slice::from_ref(&out))?;
+    let vectors = npy::read(&out)?.to_f64_vec().chunks(embedding.dim).map(|v| v.iter().map(|&x| x as f32).collect()).collect();
+    Ok(Embeddings { tokens: ids.to_vec(), vectors, seconds: start.elapsed().as_secs_f64() })
 }
 
 /// `dir`'s manifest, which must be an encoder's.

@@ -162,7 +162,7 @@ fn call<'c, 'a>(e: &Emitter<'c, 'a>, graph: &Graph, inputs: &[Value<'c, 'a>]) ->
     e.call(&graph.name, inputs, &results)
 }
 
-fn scalar_i32<'c>(e: &Emitter<'c, '_>, value: i64) -> melior::ir::Attribute<'c> {
+pub(super) fn scalar_i32<'c>(e: &Emitter<'c, '_>, value: i64) -> melior::ir::Attribute<'c> {
     splat_i32(e, &TensorType::new([], DType::I32), value).expect("an i32 splat always builds")
 }
 

@@ -26,6 +26,7 @@ mod param;
 #[cfg(test)]
 mod param_iree_tests;
 mod reduce;
+mod rows;
 
 use crate::graph::{DType, Graph, Op, TensorType, DYNAMIC};
 use dialects::{arith, stablehlo, tensor};
@@ -47,6 +48,7 @@ use thiserror::Error;
 
 pub use emit::{write_module, write_module_to_path, write_module_to_path_with, write_module_with, Emit};
 pub use generate::GreedyLoop;
+pub use rows::RowLoop;
 use param::Globals;
 pub use param::{ParamInit, ParamInits};
 
@@ -225,6 +227,20 @@ impl Session {
         .expect("a device topology attribute parses");
         module.as_operation_mut().set_attribute("stream.topology", topology);
         Ok(module)
+    }
+
+    /// A module whose one public function is `spec`'s loop over rows of
+    /// its inputs ([`RowLoop`]), the row graphs private.
+    pub fn lower_rows<'s>(
+        &'s self,
+        spec: &RowLoop<'_>,
+        options: &LowerOptions,
+        inits: &ParamInits<'s>,
+    ) -> Result<Module<'s>, LowerError> {
+        self.build_module(&spec.graphs, options, inits, |scope| {
+            spec.graphs.iter().try_for_each(|graph| self.lower_function(scope, graph, FunctionKind::Private, &[]))?;
+            rows::lower_row_loop(self, scope, spec)
+        })
     }
 
     /// A module holding one global per param of `graphs` and what `body`

@@ -10,11 +10,12 @@
 //!   `src/models/bert.cpp` and `conversion/bert.py` for the GGUF names and
 //!   `bert.pooling_type`.
 //!
-//! Unlike the decoders, an encoder is one function with no cache and no
-//! loop, over a batch of padded sentences ([`embed`]):
-//! `embed(ids: tensor<Bx?xi32>, mask: tensor<Bx?xi32>) -> tensor<BxDxf32>`.
-//! The batch is fixed at export: kiln's graphs have one run-time size `?`
-//! per function, which the sentence length takes.
+//! Unlike the decoders, an encoder has no cache and no decoding loop: one
+//! graph over a fixed number of padded sentences ([`embed`]),
+//! `embed_B(ids: tensor<Bx?xi32>, mask: tensor<Bx?xi32>) -> tensor<BxDxf32>`.
+//! kiln's graphs have one run-time size `?` per function, which the
+//! sentence length takes; the export's `embed` over `?` sentences loops
+//! over such graphs.
 //!
 //! Numerics: both sources get HF's: exact (erf) GELU, the mask applied as
 //! a select of `f32::MIN` (HF adds `finfo.min`), masked mean pooling as
@@ -495,44 +496,37 @@ impl<'t> Bert<'t> {
     fn pool(&self, x: &Tensor<'t>, keys: &Tensor<'t>) -> Result<Tensor<'t>> {
         let t = x.tracer();
         let (b, len, h) = (x.ty.shape[0], x.ty.shape[1], x.ty.shape[2]);
-        let square = TensorType::new([b, len, len], DType::F32);
-        let (one, zero) = (t.constant(1.0, square.clone())?, t.constant(0.0, square.clone())?);
-        let kept = keys.broadcast_in_dim(&square.shape, &[0, 2])?;
-        let index = t.iota(2, square.with_dtype(DType::I32))?;
+        let rows = TensorType::new([b, len], DType::F32);
+        let (one, zero) = (t.constant(1.0, rows.clone())?, t.constant(0.0, rows.clone())?);
+        let index = t.iota(1, rows.with_dtype(DType::I32))?;
         let chosen = match self.config.pooling {
-            Pooling::Mean => kept,
+            Pooling::Mean => keys.clone(),
             Pooling::Cls => index.compare(Cmp::Eq, &t.constant(0.0, index.ty.clone())?)?,
             Pooling::Last => {
-                let counted = kept.select(&t.constant(1.0, index.ty.clone())?, &t.constant(0.0, index.ty.clone())?)?;
-                let last = counted.reduce(ReduceKind::Sum, &[2])?;
+                let counted = keys.select(&t.constant(1.0, index.ty.clone())?, &t.constant(0.0, index.ty.clone())?)?;
+                let last = counted.reduce(ReduceKind::Sum, &[1])?;
                 let last = last.subtract(&t.constant(1.0, last.ty.clone())?)?;
-                index.compare(Cmp::Eq, &last.broadcast_in_dim(&square.shape, &[0, 1])?)?
+                index.compare(Cmp::Eq, &last.broadcast_in_dim(&rows.shape, &[0])?)?
             }
         };
-        let chosen = chosen.select(&one, &zero)?;
-        let count = chosen.reduce(ReduceKind::Sum, &[2])?;
+        let count = chosen.select(&one, &zero)?.reduce(ReduceKind::Sum, &[1])?;
         let count = count.maximum(&t.constant(1e-9, count.ty.clone())?)?;
-        let weights = chosen.divide(&count.broadcast_in_dim(&square.shape, &[0, 1])?)?;
-        let dims = DotDimensions {
-            lhs_batching_dimensions: vec![0],
-            rhs_batching_dimensions: vec![0],
-            lhs_contracting_dimensions: vec![2],
-            rhs_contracting_dimensions: vec![1],
-        };
-        let zero = t.constant(0.0, TensorType::new([], DType::I32))?;
-        let pooled = weights.dot_general(x, dims)?.dynamic_slice(&[&zero, &zero, &zero], &[b, 1, h])?;
-        Ok(pooled.reshape(&[b, h])?)
+        let shape = [b, len, h];
+        let kept = chosen.broadcast_in_dim(&shape, &[0, 1])?.select(x, &t.constant(0.0, x.ty.clone())?)?;
+        let sum = kept.reduce(ReduceKind::Sum, &[1])?;
+        Ok(sum.divide(&count.broadcast_in_dim(&sum.ty.shape, &[0])?)?)
     }
 }
 
-/// `embed(ids: tensor<BATCHx?xi32>, mask: tensor<BATCHx?xi32>) ->
-/// tensor<BATCHxHIDDENxf32>`: the sentence vectors of a batch of `batch`
-/// sentences padded to one length (right-padded, mask 0 on padding; a
-/// sentence's vector does not depend on the padding).
-pub fn embed(config: &Config, weights: &dyn Checkpoint, batch: usize) -> Result<Graph> {
-    let t = Tracer::new("embed");
+/// `embed_ROWS(ids: tensor<ROWSx?xi32>, mask: tensor<ROWSx?xi32>) ->
+/// tensor<ROWSxHIDDENxf32>`: the sentence vectors of `rows` sentences
+/// padded to one length (right-padded, mask 0 on padding; a sentence's
+/// vector does not depend on the padding). An export's `embed` loops over
+/// these for any number of sentences ([`crate::lower::RowLoop`]).
+pub fn embed(config: &Config, weights: &dyn Checkpoint, rows: usize) -> Result<Graph> {
+    let t = Tracer::new(&format!("embed_{rows}"));
     let model = Bert::load(&t, config, weights)?;
-    let ty = TensorType::new([batch, DYNAMIC], DType::I32);
+    let ty = TensorType::new([rows, DYNAMIC], DType::I32);
     let (ids, mask) = (t.input("ids", ty.clone())?, t.input("mask", ty)?);
     let vectors = model.embed(&ids, &mask)?;
     Ok(t.finish(&[&vectors])?)
