@@ -364,7 +364,7 @@ fn run(cli: Cli) -> Result<()> {
                 println!(
                     "  KV cache: {} positions of {}, {} bytes ({:.1} MB) for keys and values",
                     m.max_context,
-                    m.kv_dtype,
+                    m.kv_dtype.as_deref().unwrap_or("?"),
                     s.cache_bytes,
                     s.cache_bytes as f64 / 1e6
                 );

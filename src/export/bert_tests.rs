@@ -102,6 +102,7 @@ fn tiny_bert_from_hf_and_gguf_matches_transformers() {
         let m = Manifest::read(dir.path()).unwrap();
         let e = m.embedding.as_ref().unwrap();
         assert_eq!((e.pooling, e.normalize, e.dim), (Pooling::Cls, false, 16), "{}", model.display());
+        assert_eq!(m.kv_dtype, None, "an encoder has no cache");
         let got = embed_ids(dir.path(), &r.ids, 0, &iree).unwrap();
         assert_close(&model.display().to_string(), &got.vectors, &r.vectors, 1e-4);
     }

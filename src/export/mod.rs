@@ -399,12 +399,14 @@ pub struct Manifest {
     pub params: ParamsMode,
     /// The packed policy the export used, as [`PackedPolicy`] displays it.
     pub packed: String,
-    /// Positions of the KV cache: the most prompt plus generated tokens.
+    /// Positions of the KV cache: the most prompt plus generated tokens;
+    /// for an encoder, the most tokens of a sentence.
     pub max_context: usize,
     /// The KV caches' element type (`f32`, `f16`, `bf16`): `prefill`
-    /// returns them, `decode` takes and returns them in it.
-    #[serde(default = "f32_name")]
-    pub kv_dtype: String,
+    /// returns them, `decode` takes and returns them in it. Absent for an
+    /// encoder, which has no cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_dtype: Option<String>,
     /// `--parameters=SCOPE=FILE` bindings; relative files are in the directory.
     pub parameters: Vec<ParameterFile>,
     /// Inline weights were elided from the text (`--emit mlir` without
@@ -441,10 +443,6 @@ pub struct Embedding {
     pub normalize: bool,
     /// Tokens a sentence is truncated to, `[CLS]` and `[SEP]` included.
     pub max_length: usize,
-}
-
-fn f32_name() -> String {
-    DType::F32.as_str().into()
 }
 
 /// One `--parameters=SCOPE=FILE` binding.
@@ -612,7 +610,10 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         params: plan.mode,
         packed: plan.packed.to_string(),
         max_context,
-        kv_dtype: options.kv_dtype.as_str().into(),
+        kv_dtype: match &program {
+            Program::Decoder(_) => Some(options.kv_dtype.as_str().into()),
+            Program::Encoder(_) => None,
+        },
         parameters,
         elided_resources: plan.elided_resources(),
         compile_flags: plan.compile_flags.clone(),

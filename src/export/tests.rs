@@ -297,7 +297,7 @@ fn default_capacity_is_the_models_context_within_the_budget() {
     let keep = ExportOptions { packed: PackedPolicy::Keep, ..ExportOptions::default() };
     let summary = export(&smollm2_path(), work.path(), &keep, &mut ()).unwrap();
     let m = &summary.manifest;
-    assert_eq!((m.max_context, m.kv_dtype.as_str()), (8192, "f16"), "SmolLM2's llama.context_length, f16");
+    assert_eq!((m.max_context, m.kv_dtype.as_deref().unwrap()), (8192, "f16"), "SmolLM2's llama.context_length, f16");
     assert_eq!(summary.cache_bytes, 8192 * smollm2_position(2));
     let decode = m.functions.iter().find(|f| f.name == "decode").unwrap();
     assert_eq!(decode.inputs[2..], ["tensor<30x3x8192x64xf16>", "tensor<30x3x8192x64xf16>"]);

@@ -304,7 +304,7 @@ fn f16_kv_cache_matches_interpreter_and_transformers() {
     let (worst, dir) = iree_against_transformers(&case_dir("gemma3"), "gemma3", DType::F16);
     assert!(worst <= F16_TOLERANCE, "gemma3: logits differ from transformers' by {worst:e}");
     let manifest = Manifest::read(dir.path()).unwrap();
-    assert_eq!(manifest.kv_dtype, "f16");
+    assert_eq!(manifest.kv_dtype.as_deref(), Some("f16"));
     let decode = manifest.functions.iter().find(|f| f.name == "decode").unwrap();
     assert!(decode.inputs[2].ends_with("xf16>"), "{:?}", decode.inputs);
     // The same calls again, IREE's logits against the interpreter's.
