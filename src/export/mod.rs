@@ -685,7 +685,8 @@ impl Traced {
             });
         }
         let rows = if chunk == 1 { vec![1] } else { vec![chunk, 1] };
-        let graphs = rows.into_iter().map(|r| bert::embed(config, weights, r)).collect::<std::result::Result<Vec<_>, _>>()?;
+        let graphs =
+            rows.into_iter().map(|r| bert::embed(config, weights, r)).collect::<std::result::Result<Vec<_>, _>>()?;
         let used: BTreeSet<&str> = graphs[0].params().map(|(_, name, _)| name).collect();
         if let Some(name) = weights.unused(&used, &[]) {
             return Err(ModelError::UnusedTensor { name, family: "bert".into() }.into());
@@ -925,7 +926,8 @@ pub fn embed_ids(dir: &Path, ids: &[Vec<u32>], pad: u32, iree: &Iree) -> Result<
     npy::write(&npy_path("mask.npy"), &value(mask))?;
     let out = npy_path("out.npy");
     iree.run(&vmfb, "embed", &[npy_path("ids.npy"), npy_path("mask.npy")], &bindings, std::slice::from_ref(&out))?;
-    let vectors = npy::read(&out)?.to_f64_vec().chunks(embedding.dim).map(|v| v.iter().map(|&x| x as f32).collect()).collect();
+    let vectors =
+        npy::read(&out)?.to_f64_vec().chunks(embedding.dim).map(|v| v.iter().map(|&x| x as f32).collect()).collect();
     Ok(Embeddings { tokens: ids.to_vec(), vectors, seconds: start.elapsed().as_secs_f64() })
 }
 

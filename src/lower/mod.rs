@@ -48,9 +48,9 @@ use thiserror::Error;
 
 pub use emit::{write_module, write_module_to_path, write_module_to_path_with, write_module_with, Emit};
 pub use generate::GreedyLoop;
-pub use rows::RowLoop;
 use param::Globals;
 pub use param::{ParamInit, ParamInits};
+pub use rows::RowLoop;
 
 /// Why lowering, printing or writing a module failed; errors about one op
 /// name its graph node and carry MLIR's diagnostics.

@@ -190,7 +190,8 @@ fn row_loop<'c, 'a>(
     let (cond_region, body_region) = (Region::new(), Region::new());
     let cond = cond_region.append_block(Block::new(&block_args));
     {
-        let e = Emitter { session: e.session, scope: e.scope, block: &cond, function: &function, node: e.node, op: e.op };
+        let e =
+            Emitter { session: e.session, scope: e.scope, block: &cond, function: &function, node: e.node, op: e.op };
         let arg = |i: usize| -> Value { cond.argument(i).expect("one argument per carried value").into() };
         let direction =
             e.parse_attribute(&format!("#stablehlo<comparison_direction {}>", ComparisonDirection::Lt.as_str()))?;
@@ -201,7 +202,8 @@ fn row_loop<'c, 'a>(
 
     let body = body_region.append_block(Block::new(&block_args));
     {
-        let e = Emitter { session: e.session, scope: e.scope, block: &body, function: &function, node: e.node, op: e.op };
+        let e =
+            Emitter { session: e.session, scope: e.scope, block: &body, function: &function, node: e.node, op: e.op };
         let arg = |i: usize| -> Value { body.argument(i).expect("one argument per carried value").into() };
         let int = |v: usize| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v as i64), loc));
         let i = arg(0);
@@ -241,7 +243,13 @@ fn row_loop<'c, 'a>(
 fn dim_size<'c, 'a>(e: &Emitter<'c, 'a>, value: Value<'c, 'a>, dim: usize) -> Result<Value<'c, 'a>, LowerError> {
     let ctx = e.ctx();
     let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), dim as i64);
-    e.emit(stablehlo::get_dimension_size(ctx, tensor_type(ctx, &TensorType::new([], DType::I32)), value, dim.into(), e.loc()))
+    e.emit(stablehlo::get_dimension_size(
+        ctx,
+        tensor_type(ctx, &TensorType::new([], DType::I32)),
+        value,
+        dim.into(),
+        e.loc(),
+    ))
 }
 
 /// Scalars `tensor<i32>` as one `tensor<Nxi32>`.
