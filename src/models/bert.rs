@@ -178,7 +178,7 @@ impl Config {
     /// converter writes it: the pooling from `bert.pooling_type` (mean,
     /// CLS or last), the normalization from `choice` (on by default, as
     /// llama.cpp's embedding example does).
-    pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>, choice: EmbedChoice) -> Result<Config> {
+    pub fn from_gguf<D: AsRef<[u8]> + ?Sized>(gguf: &Gguf<D>, choice: EmbedChoice) -> Result<Config> {
         let keys = GgufKeys::new(gguf)?;
         if keys.arch != "bert" {
             return Err(ModelError::UnknownArchitecture(keys.arch.clone()));

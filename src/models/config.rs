@@ -245,7 +245,7 @@ impl<'a> HfKeys<'a> {
 
 /// The `{arch}.*` keys of a GGUF file, each marked as it is read; other
 /// keys (`general.*`, `tokenizer.*`) are not the model's hyper-parameters.
-pub struct GgufKeys<'g, D: AsRef<[u8]>> {
+pub struct GgufKeys<'g, D: AsRef<[u8]> + ?Sized> {
     /// The file.
     pub gguf: &'g Gguf<D>,
     /// `general.architecture`: the prefix of the keys read.
@@ -253,7 +253,7 @@ pub struct GgufKeys<'g, D: AsRef<[u8]>> {
     seen: RefCell<BTreeSet<String>>,
 }
 
-impl<'g, D: AsRef<[u8]>> GgufKeys<'g, D> {
+impl<'g, D: AsRef<[u8]> + ?Sized> GgufKeys<'g, D> {
     /// The keys of `gguf`'s architecture.
     pub fn new(gguf: &'g Gguf<D>) -> Result<Self> {
         let arch = gguf.get_str("general.architecture")?.to_string();
@@ -597,7 +597,7 @@ pub fn partial_rotary_factor(keys: &HfKeys<'_>) -> Result<()> {
 
 /// GGUF `{arch}.rope.scaling.*` as a [`RopeScaling`]: none, linear or yarn,
 /// as llama.cpp reads them (`llama_model::load_hparams`).
-pub fn rope_from_gguf<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>) -> Result<RopeScaling> {
+pub fn rope_from_gguf<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>) -> Result<RopeScaling> {
     keys.ignore(&["rope.scaling.finetuned"]);
     let kind = keys.str("rope.scaling.type")?;
     // llama.cpp: rope.scaling.factor, else the older rope.scale_linear; 0 means none.
@@ -642,7 +642,7 @@ pub fn rope_from_gguf<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>) -> Result<RopeScal
 
 /// `{arch}.vocab_size`, else the rows of `token_embd.weight` (llama.cpp's
 /// converters often leave the key out).
-pub fn vocab_size<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>) -> Result<usize> {
+pub fn vocab_size<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>) -> Result<usize> {
     if keys.get("vocab_size").is_some() {
         return keys.count("vocab_size");
     }
@@ -653,7 +653,7 @@ pub fn vocab_size<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>) -> Result<usize> {
 
 /// `{arch}.{name}`, which defaults to `head_dim` and must equal it: kiln
 /// implements no other layout; `refusal` says what it would take.
-pub fn head_dim_only<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>, name: &str, head_dim: usize, refusal: &str) -> Result<()> {
+pub fn head_dim_only<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>, name: &str, head_dim: usize, refusal: &str) -> Result<()> {
     let n = keys.int_or(name, head_dim)?;
     if n != head_dim {
         return Err(keys.error(name, n, refusal));
@@ -663,7 +663,7 @@ pub fn head_dim_only<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>, name: &str, head_di
 
 /// `{arch}.rope.dimension_count`, which must be the whole head: kiln has no
 /// partial rotary embeddings.
-pub fn full_rotary<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>, head_dim: usize) -> Result<()> {
+pub fn full_rotary<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>, head_dim: usize) -> Result<()> {
     let refusal = format!("partial rotary embeddings are not supported (kiln rotates the whole head of {head_dim})");
     head_dim_only(keys, "rope.dimension_count", head_dim, &refusal)
 }
@@ -697,7 +697,7 @@ pub fn hf_name(gguf_key: &str) -> &str {
 }
 
 /// The GGUF keys of mixture-of-experts models: refused while kiln has no MoE.
-pub fn refuse_experts<D: AsRef<[u8]>>(keys: &GgufKeys<'_, D>) -> Result<()> {
+pub fn refuse_experts<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>) -> Result<()> {
     for name in ["expert_count", "expert_used_count", "expert_shared_count"] {
         let n = keys.int_or(name, 0)?;
         if n > 0 {
@@ -716,7 +716,7 @@ pub fn every_nth_global(blocks: usize, every: usize) -> Vec<bool> {
 /// `{arch}.{name}` as one value per block: an array of `blocks` elements,
 /// or one value (not an array) for every block, each read by `read`;
 /// `None` when absent. `what` names the element for messages.
-pub fn per_block<D: AsRef<[u8]>, T: Clone>(
+pub fn per_block<D: AsRef<[u8]> + ?Sized, T: Clone>(
     keys: &GgufKeys<'_, D>,
     name: &str,
     blocks: usize,
@@ -737,7 +737,7 @@ pub fn per_block<D: AsRef<[u8]>, T: Clone>(
 /// Which layers slide, from `{arch}.attention.sliding_window_pattern`: one
 /// bool per layer (newer llama.cpp converters), or the period of the global
 /// layers; absent, every `default_every`-th layer is global.
-pub fn sliding_pattern<D: AsRef<[u8]>>(
+pub fn sliding_pattern<D: AsRef<[u8]> + ?Sized>(
     keys: &GgufKeys<'_, D>,
     blocks: usize,
     default_every: usize,

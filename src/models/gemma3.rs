@@ -79,7 +79,7 @@ pub struct Config {
 impl Config {
     /// Reads the `gemma3.*` keys, each one used, listed as not changing the
     /// forward pass, or refused ([`GgufKeys::finish`]).
-    pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
+    pub fn from_gguf<D: AsRef<[u8]> + ?Sized>(gguf: &Gguf<D>) -> Result<Config> {
         let keys = GgufKeys::of_arch(gguf, "gemma3")?;
         let embedding_length = keys.count("embedding_length")?;
         let head_count = keys.count("attention.head_count")?;

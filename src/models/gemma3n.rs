@@ -253,7 +253,7 @@ impl Config {
 
     /// Reads the `gemma3n.*` keys, each one used, listed as not changing the
     /// forward pass, or refused ([`GgufKeys::finish`]).
-    pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
+    pub fn from_gguf<D: AsRef<[u8]> + ?Sized>(gguf: &Gguf<D>) -> Result<Config> {
         let keys = GgufKeys::of_arch(gguf, "gemma3n")?;
         keys.fixed("altup.num_inputs", ALTUP_INPUTS as f64, "4 AltUp streams, as llama.cpp's converter writes")?;
         keys.fixed("altup.active_idx", 0.0, "transformers corrects the streams after the first")?;

@@ -60,7 +60,7 @@ pub struct Config {
 impl Config {
     /// Reads the `{arch}.*` keys, each one used, listed as not changing
     /// the forward pass, or refused ([`GgufKeys::finish`]).
-    pub fn from_gguf<D: AsRef<[u8]>>(gguf: &Gguf<D>) -> Result<Config> {
+    pub fn from_gguf<D: AsRef<[u8]> + ?Sized>(gguf: &Gguf<D>) -> Result<Config> {
         let keys = GgufKeys::new(gguf)?;
         let arch = keys.arch.clone();
         let rope_style = match arch.as_str() {

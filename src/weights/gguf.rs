@@ -409,10 +409,11 @@ struct TensorInfo {
 }
 
 /// A parsed, validated GGUF file over its bytes `D`: a memory map from
-/// [`Gguf::open`], or any byte buffer given to [`Gguf::parse`].
-pub struct Gguf<D = Mmap> {
+/// [`Gguf::open`], or any byte buffer given to [`Gguf::parse`]. `D` may
+/// be unsized, so `&Gguf<dyn AsRef<[u8]>>` takes any of them: one reader
+/// function for every byte holder.
+pub struct Gguf<D: ?Sized = Mmap> {
     path: PathBuf,
-    data: D,
     version: u32,
     alignment: u64,
     data_offset: u64,
@@ -422,6 +423,8 @@ pub struct Gguf<D = Mmap> {
     /// File order.
     tensors: Vec<TensorInfo>,
     by_name: HashMap<String, usize>,
+    /// Last, so that `D` may be unsized.
+    data: D,
 }
 
 impl Gguf<Mmap> {
@@ -616,6 +619,9 @@ impl<D: AsRef<[u8]>> Gguf<D> {
         Ok(Gguf { path, data, version, alignment, data_offset, metadata, by_key, tensors, by_name })
     }
 
+}
+
+impl<D: AsRef<[u8]> + ?Sized> Gguf<D> {
     fn bytes(&self) -> &[u8] {
         self.data.as_ref()
     }
@@ -716,7 +722,7 @@ impl<D: AsRef<[u8]>> Gguf<D> {
     }
 }
 
-impl<D> fmt::Debug for Gguf<D> {
+impl<D: ?Sized> fmt::Debug for Gguf<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Gguf")
             .field("path", &self.path)
