@@ -31,7 +31,7 @@ use crate::lower::{self, Emit, LowerError, LowerOptions, RowLoop, Session, Signa
 use crate::models::bert::{self, EmbedChoice, Pooling};
 use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
 use crate::models::{
-    scalar_i32, token_ids, CacheSpec, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving,
+    registry, scalar_i32, token_ids, CacheSpec, Checkpoint, Family, GgufWeights, ModelError, PackedPolicy, Serving,
 };
 use crate::npy;
 use crate::tokenizer::{Tokenizer, TokenizerError, WordPiece};
@@ -349,18 +349,12 @@ impl Source {
         }
     }
 
-    /// The encoder's config, if the checkpoint is one (HF `model_type`
-    /// bert, GGUF `general.architecture` bert), `choice` filling in what
-    /// it does not say.
+    /// The encoder's config, if the checkpoint is one (its family's
+    /// [`registry`] row says), `choice` filling in what it does not say.
     pub fn encoder(&self, choice: EmbedChoice) -> Result<Option<bert::Config>> {
         Ok(match self {
-            Source::Gguf(gguf) if gguf.get_str("general.architecture")? == "bert" => {
-                Some(bert::Config::from_gguf(gguf, choice)?)
-            }
-            Source::Hf { dir, checkpoint } if checkpoint.config.model_type == "bert" => {
-                Some(bert::Config::from_hf(&checkpoint.config, dir, choice)?)
-            }
-            _ => None,
+            Source::Gguf(gguf) => registry::gguf_encoder(gguf, choice)?,
+            Source::Hf { dir, checkpoint } => registry::hf_encoder(&checkpoint.config, dir, choice)?,
         })
     }
 

@@ -25,6 +25,7 @@
 //! trained with.
 
 use super::config::{GgufKeys, HfKeys};
+use super::hf::HfNames;
 use super::{Checkpoint, ModelError, Result, Weight};
 use crate::graph::{ComparisonDirection as Cmp, DType, DotDimensions, Graph, ReduceKind, TensorType, DYNAMIC};
 use crate::trace::{Tensor, Tracer};
@@ -109,22 +110,15 @@ pub struct Config {
     pub max_length: usize,
 }
 
-/// The HF `architectures` kiln reads as BERT.
-const HF_CLASSES: [&str; 2] = ["BertModel", "BertForMaskedLM"];
-
 impl Config {
     /// From the HF checkpoint directory `dir`: `config.json` (`hf`, read
     /// already), then sentence-transformers' `modules.json`,
     /// `1_Pooling/config.json` (or wherever modules.json puts it) and
     /// `sentence_bert_config.json`, where present; `choice` for what they
-    /// do not say. Every `config.json` key is read or refused.
+    /// do not say. Every `config.json` key is read or refused; the
+    /// `model_type` and class are checked by the registry
+    /// ([`super::registry::by_hf`]).
     pub fn from_hf(hf: &HfConfig, dir: &Path, choice: EmbedChoice) -> Result<Config> {
-        if hf.model_type != "bert" || hf.architectures.first().is_some_and(|a| !HF_CLASSES.contains(&a.as_str())) {
-            return Err(ModelError::UnknownModelType {
-                model_type: hf.model_type.clone(),
-                architecture: hf.architectures.first().cloned().unwrap_or_default(),
-            });
-        }
         let keys = HfKeys::new("config.json", "bert", &hf.keys);
         keys.fixed("hidden_act", "\"gelu\"", "BERT's exact GELU")?;
         keys.fixed("position_embedding_type", "\"absolute\"", "learned absolute positions")?;
@@ -530,6 +524,51 @@ pub fn embed(config: &Config, weights: &dyn Checkpoint, rows: usize) -> Result<G
     let (ids, mask) = (t.input("ids", ty.clone())?, t.input("mask", ty)?);
     let vectors = model.embed(&ids, &mask)?;
     Ok(t.finish(&[&vectors])?)
+}
+
+/// BERT's whole-model tensors (`BertModel`'s names; `bert.` before them in
+/// a `BertForMaskedLM`).
+const HF_NAMES: [(&str, &str); 5] = [
+    ("token_embd.weight", "embeddings.word_embeddings.weight"),
+    ("position_embd.weight", "embeddings.position_embeddings.weight"),
+    ("token_types.weight", "embeddings.token_type_embeddings.weight"),
+    ("token_embd_norm.weight", "embeddings.LayerNorm.weight"),
+    ("token_embd_norm.bias", "embeddings.LayerNorm.bias"),
+];
+
+/// BERT's per-block tensors, under `encoder.layer.{i}.`.
+const HF_BLOCK_NAMES: [(&str, &str); 16] = [
+    ("attn_q.weight", "attention.self.query.weight"),
+    ("attn_q.bias", "attention.self.query.bias"),
+    ("attn_k.weight", "attention.self.key.weight"),
+    ("attn_k.bias", "attention.self.key.bias"),
+    ("attn_v.weight", "attention.self.value.weight"),
+    ("attn_v.bias", "attention.self.value.bias"),
+    ("attn_output.weight", "attention.output.dense.weight"),
+    ("attn_output.bias", "attention.output.dense.bias"),
+    ("attn_output_norm.weight", "attention.output.LayerNorm.weight"),
+    ("attn_output_norm.bias", "attention.output.LayerNorm.bias"),
+    ("ffn_up.weight", "intermediate.dense.weight"),
+    ("ffn_up.bias", "intermediate.dense.bias"),
+    ("ffn_down.weight", "output.dense.weight"),
+    ("ffn_down.bias", "output.dense.bias"),
+    ("layer_output_norm.weight", "output.LayerNorm.weight"),
+    ("layer_output_norm.bias", "output.LayerNorm.bias"),
+];
+
+/// Where an HF checkpoint keeps the tensors ([`super::registry`]'s row): a
+/// `BertModel` at the top level, a `BertForMaskedLM` under `bert.` (its
+/// `cls.` head not read); `has` says which names the checkpoint stores.
+pub fn hf_names(_: &HfConfig, has: &dyn Fn(&str) -> bool) -> HfNames {
+    HfNames {
+        family: "bert",
+        names: &HF_NAMES,
+        block_names: &[&HF_BLOCK_NAMES],
+        body: if has("bert.embeddings.word_embeddings.weight") { "bert." } else { "" },
+        head: "cls.predictions.decoder.weight",
+        layers: "encoder.layer.",
+        ignored: &["pooler.", "embeddings.position_ids", "cls."],
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,8 @@
 //! (`query_pre_attn_scalar`, `layer_types`, each layer type's rope).
 
 use super::blocks::{Activation, Attention, AttentionConfig, BlockConfig, Positional, Stack};
+use super::hf::HfNames;
+use super::decoder::DecoderConfig;
 use super::config::{self, Dims, GgufKeys, RopeConfig};
 use super::{Checkpoint, Decoder, KvCache, ModelError, Result, Span};
 use crate::trace::nn::RopeScaling;
@@ -288,6 +290,54 @@ impl<'t> Gemma3<'t> {
     }
 }
 
+/// Gemma 3's per-block tensors. Its `post_attention_layernorm` norms the
+/// attention's output (GGUF `post_attention_norm`), not the feed-forward's
+/// input as llama's does; its whole-model tensors are llama's.
+pub const HF_BLOCK_NAMES: [(&str, &str); 13] = [
+    ("attn_norm.weight", "input_layernorm.weight"),
+    ("attn_q.weight", "self_attn.q_proj.weight"),
+    ("attn_k.weight", "self_attn.k_proj.weight"),
+    ("attn_v.weight", "self_attn.v_proj.weight"),
+    ("attn_output.weight", "self_attn.o_proj.weight"),
+    ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+    ("attn_k_norm.weight", "self_attn.k_norm.weight"),
+    ("post_attention_norm.weight", "post_attention_layernorm.weight"),
+    ("ffn_norm.weight", "pre_feedforward_layernorm.weight"),
+    ("post_ffw_norm.weight", "post_feedforward_layernorm.weight"),
+    ("ffn_gate.weight", "mlp.gate_proj.weight"),
+    ("ffn_up.weight", "mlp.up_proj.weight"),
+    ("ffn_down.weight", "mlp.down_proj.weight"),
+];
+
+/// Where an HF checkpoint keeps the tensors ([`super::registry`]'s row):
+/// a `Gemma3ForCausalLM` as llama does, a `Gemma3ForConditionalGeneration`
+/// its text model under `language_model.model.` (as transformers saves it)
+/// or `model.language_model.` (its module tree), its vision tower left
+/// alone; `has` says which names the checkpoint stores.
+pub fn hf_names(config: &HfConfig, has: &dyn Fn(&str) -> bool) -> HfNames {
+    let names = HfNames { family: "gemma3", block_names: &[&HF_BLOCK_NAMES], ..HfNames::DECODER };
+    if config.model_type != "gemma3" {
+        return names;
+    }
+    let body = ["language_model.model.", "model.language_model."]
+        .into_iter()
+        .find(|p| has(&format!("{p}embed_tokens.weight")))
+        .unwrap_or("language_model.model.");
+    let head =
+        ["language_model.lm_head.weight", "lm_head.weight"].into_iter().find(|h| has(h)).unwrap_or("lm_head.weight");
+    HfNames { body, head, ..names }
+}
+
+impl DecoderConfig for Config {
+    fn name(&self) -> &str {
+        "gemma3"
+    }
+
+    fn load<'t>(&self, t: &'t Tracer, weights: &dyn Checkpoint) -> Result<Box<dyn Decoder<'t> + 't>> {
+        Ok(Box::new(Gemma3::load(t, self, weights)?))
+    }
+}
+
 impl<'t> Decoder<'t> for Gemma3<'t> {
     fn dims(&self) -> &Dims {
         &self.config.dims
@@ -337,7 +387,7 @@ mod tests {
 
     /// [`crate::models::prefill`] configured from the GGUF's metadata, packed weights kept.
     fn prefill<D: AsRef<[u8]>>(gguf: &Gguf<D>, seq_len: usize) -> Result<Graph> {
-        crate::models::prefill(&Family::Gemma3(Config::from_gguf(gguf)?), &keep(gguf), seq_len)
+        crate::models::prefill(&Family::new(Config::from_gguf(gguf)?), &keep(gguf), seq_len)
     }
 
     fn gemma3() -> Gguf {
@@ -531,7 +581,7 @@ mod tests {
             let full = interp::run(&prefill(&gguf, ids.len()).unwrap(), &[tokens(&ids)], &weights).unwrap();
             let full = full[0].to_f64_vec();
             let vocab = full.len() / ids.len();
-            let family = Family::Gemma3(Config::from_gguf(&gguf).unwrap());
+            let family = Family::new(Config::from_gguf(&gguf).unwrap());
             let [prefill_fn, decode_fn]: [Graph; 2] =
                 crate::models::entry_points(&family, &weights, 8, 1).unwrap().try_into().map_err(|_| ()).unwrap();
             let nodes = decode_fn.nodes();

@@ -46,6 +46,8 @@
 use super::blocks::{
     last_row, merge_heads, split_heads, Activation, GatedFfn, Head, Layer, LayerCache, LayerKv, Positional,
 };
+use super::hf::HfNames;
+use super::decoder::DecoderConfig;
 use super::config::{self, Dims, GgufKeys, RopeConfig};
 use super::{linear_each, CacheSpec, Checkpoint, Decoder, KvCache, Logits, ModelError, Result, Span, Weight};
 use crate::graph::{ComparisonDirection, ReduceKind, TensorType};
@@ -752,6 +754,67 @@ impl<'t> Gemma3n<'t> {
     }
 }
 
+/// The whole-model tensors of an HF checkpoint besides llama's. GGUF stacks the three
+/// AltUp projections of each kind into one `[3, D, D]` tensor; HF keeps
+/// three, which the front-end asks for as `altup_proj.{i}.weight`.
+const HF_NAMES_EXTRA: [(&str, &str); 9] = [
+    ("per_layer_token_embd.weight", "embed_tokens_per_layer.weight"),
+    ("per_layer_model_proj.weight", "per_layer_model_projection.weight"),
+    ("per_layer_proj_norm.weight", "per_layer_projection_norm.weight"),
+    ("altup_proj.0.weight", "altup_projections.0.weight"),
+    ("altup_proj.1.weight", "altup_projections.1.weight"),
+    ("altup_proj.2.weight", "altup_projections.2.weight"),
+    ("altup_unembd_proj.0.weight", "altup_unembed_projections.0.weight"),
+    ("altup_unembd_proj.1.weight", "altup_unembed_projections.1.weight"),
+    ("altup_unembd_proj.2.weight", "altup_unembed_projections.2.weight"),
+];
+
+/// The per-block tensors of an HF checkpoint besides Gemma 3's: the per-layer input,
+/// AltUp and LAuReL.
+const HF_BLOCK_NAMES: [(&str, &str); 11] = [
+    ("inp_gate.weight", "per_layer_input_gate.weight"),
+    ("proj.weight", "per_layer_projection.weight"),
+    ("post_norm.weight", "post_per_layer_input_norm.weight"),
+    ("altup_correct_coef.weight", "altup.correction_coefs.weight"),
+    ("altup_correct_scale.weight", "altup.correct_output_scale"),
+    ("altup_predict_coef.weight", "altup.prediction_coefs.weight"),
+    ("altup_router.weight", "altup.modality_router.weight"),
+    ("altup_router_norm.weight", "altup.router_norm.weight"),
+    ("laurel_l.weight", "laurel.linear_left.weight"),
+    ("laurel_r.weight", "laurel.linear_right.weight"),
+    ("laurel_post_norm.weight", "laurel.post_laurel_norm.weight"),
+];
+
+/// Where an HF checkpoint keeps the tensors ([`super::registry`]'s row):
+/// a `Gemma3nForCausalLM` as llama does, a `Gemma3nForConditionalGeneration`
+/// under `model.language_model.`, next to its vision and audio towers.
+pub fn hf_names(config: &HfConfig, _: &dyn Fn(&str) -> bool) -> HfNames {
+    let names = HfNames {
+        family: "gemma3n",
+        names: &HF_NAMES_EXTRA,
+        block_names: &[&super::gemma3::HF_BLOCK_NAMES, &HF_BLOCK_NAMES],
+        ..HfNames::DECODER
+    };
+    match config.model_type.as_str() {
+        "gemma3n" => HfNames { body: "model.language_model.", ..names },
+        _ => names,
+    }
+}
+
+impl DecoderConfig for Config {
+    fn name(&self) -> &str {
+        "gemma3n"
+    }
+
+    fn unread_tensors(&self) -> Vec<String> {
+        self.unread_tensors()
+    }
+
+    fn load<'t>(&self, t: &'t Tracer, weights: &dyn Checkpoint) -> Result<Box<dyn Decoder<'t> + 't>> {
+        Ok(Box::new(Gemma3n::load(t, self, weights)?))
+    }
+}
+
 impl<'t> Decoder<'t> for Gemma3n<'t> {
     fn dims(&self) -> &Dims {
         &self.config.dims
@@ -977,7 +1040,7 @@ mod tests {
         assert_eq!((c.per_layer_input, c.laurel_rank, c.sparsity.iter().flatten().count()), (256, 64, 10));
         let weights = GgufWeights::new(&gguf, PackedPolicy::Keep).unwrap();
         // Every tensor is read but the shared layers' keys and values.
-        let serving = Serving::new(&Family::Gemma3n(c), &weights, 64).unwrap();
+        let serving = Serving::new(&Family::new(c), &weights, 64).unwrap();
         assert_eq!(serving.prefill.params().count(), gguf.tensors().len() - 10 * 3);
         for (graph, rows) in [(&serving.prefill, DYNAMIC), (&serving.decode, 1)] {
             let table = graph.params().find(|(_, name, _)| *name == "per_layer_token_embd.weight").unwrap().0;

@@ -12,7 +12,8 @@
 //! answers with [`crate::trace::nn::RopeStyle::NeoX`]; the weights are used
 //! as stored.
 
-use super::{param_value, Checkpoint, ModelError, Result, Weight};
+use super::checkpoint::{float_cast, param_value};
+use super::{registry, Checkpoint, ModelError, Result, Weight};
 use crate::graph::{DType, TensorType};
 use crate::interp::{InterpError, ParamSource, Value};
 use crate::trace::Tracer;
@@ -30,110 +31,10 @@ const LLAMA_NAMES: [(&str, &str); 3] = [
     ("output.weight", "lm_head.weight"),
 ];
 
-/// The llama family's per-block tensors: `blk.{i}.` + GGUF suffix is
-/// `model.layers.{i}.` + HF suffix.
-const LLAMA_BLOCK_NAMES: [(&str, &str); 14] = [
-    ("attn_norm.weight", "input_layernorm.weight"),
-    ("attn_q.weight", "self_attn.q_proj.weight"),
-    ("attn_k.weight", "self_attn.k_proj.weight"),
-    ("attn_v.weight", "self_attn.v_proj.weight"),
-    ("attn_output.weight", "self_attn.o_proj.weight"),
-    ("ffn_norm.weight", "post_attention_layernorm.weight"),
-    ("ffn_gate.weight", "mlp.gate_proj.weight"),
-    ("ffn_up.weight", "mlp.up_proj.weight"),
-    ("ffn_down.weight", "mlp.down_proj.weight"),
-    // Qwen2's projection biases, Qwen3's per-head query and key norms.
-    ("attn_q.bias", "self_attn.q_proj.bias"),
-    ("attn_k.bias", "self_attn.k_proj.bias"),
-    ("attn_v.bias", "self_attn.v_proj.bias"),
-    ("attn_q_norm.weight", "self_attn.q_norm.weight"),
-    ("attn_k_norm.weight", "self_attn.k_norm.weight"),
-];
-
-/// Gemma 3's per-block tensors. Its `post_attention_layernorm` norms the
-/// attention's output (GGUF `post_attention_norm`), not the feed-forward's
-/// input as llama's does; its whole-model tensors are llama's.
-const GEMMA3_BLOCK_NAMES: [(&str, &str); 13] = [
-    ("attn_norm.weight", "input_layernorm.weight"),
-    ("attn_q.weight", "self_attn.q_proj.weight"),
-    ("attn_k.weight", "self_attn.k_proj.weight"),
-    ("attn_v.weight", "self_attn.v_proj.weight"),
-    ("attn_output.weight", "self_attn.o_proj.weight"),
-    ("attn_q_norm.weight", "self_attn.q_norm.weight"),
-    ("attn_k_norm.weight", "self_attn.k_norm.weight"),
-    ("post_attention_norm.weight", "post_attention_layernorm.weight"),
-    ("ffn_norm.weight", "pre_feedforward_layernorm.weight"),
-    ("post_ffw_norm.weight", "post_feedforward_layernorm.weight"),
-    ("ffn_gate.weight", "mlp.gate_proj.weight"),
-    ("ffn_up.weight", "mlp.up_proj.weight"),
-    ("ffn_down.weight", "mlp.down_proj.weight"),
-];
-
-/// Gemma 3n's whole-model tensors besides llama's. GGUF stacks the three
-/// AltUp projections of each kind into one `[3, D, D]` tensor; HF keeps
-/// three, which the front-end asks for as `altup_proj.{i}.weight`.
-const GEMMA3N_NAMES: [(&str, &str); 9] = [
-    ("per_layer_token_embd.weight", "embed_tokens_per_layer.weight"),
-    ("per_layer_model_proj.weight", "per_layer_model_projection.weight"),
-    ("per_layer_proj_norm.weight", "per_layer_projection_norm.weight"),
-    ("altup_proj.0.weight", "altup_projections.0.weight"),
-    ("altup_proj.1.weight", "altup_projections.1.weight"),
-    ("altup_proj.2.weight", "altup_projections.2.weight"),
-    ("altup_unembd_proj.0.weight", "altup_unembed_projections.0.weight"),
-    ("altup_unembd_proj.1.weight", "altup_unembed_projections.1.weight"),
-    ("altup_unembd_proj.2.weight", "altup_unembed_projections.2.weight"),
-];
-
-/// Gemma 3n's per-block tensors besides Gemma 3's: the per-layer input,
-/// AltUp and LAuReL.
-const GEMMA3N_BLOCK_NAMES: [(&str, &str); 11] = [
-    ("inp_gate.weight", "per_layer_input_gate.weight"),
-    ("proj.weight", "per_layer_projection.weight"),
-    ("post_norm.weight", "post_per_layer_input_norm.weight"),
-    ("altup_correct_coef.weight", "altup.correction_coefs.weight"),
-    ("altup_correct_scale.weight", "altup.correct_output_scale"),
-    ("altup_predict_coef.weight", "altup.prediction_coefs.weight"),
-    ("altup_router.weight", "altup.modality_router.weight"),
-    ("altup_router_norm.weight", "altup.router_norm.weight"),
-    ("laurel_l.weight", "laurel.linear_left.weight"),
-    ("laurel_r.weight", "laurel.linear_right.weight"),
-    ("laurel_post_norm.weight", "laurel.post_laurel_norm.weight"),
-];
-
-/// BERT's whole-model tensors (`BertModel`'s names; `bert.` before them in
-/// a `BertForMaskedLM`).
-const BERT_NAMES: [(&str, &str); 5] = [
-    ("token_embd.weight", "embeddings.word_embeddings.weight"),
-    ("position_embd.weight", "embeddings.position_embeddings.weight"),
-    ("token_types.weight", "embeddings.token_type_embeddings.weight"),
-    ("token_embd_norm.weight", "embeddings.LayerNorm.weight"),
-    ("token_embd_norm.bias", "embeddings.LayerNorm.bias"),
-];
-
-/// BERT's per-block tensors, under `encoder.layer.{i}.`.
-const BERT_BLOCK_NAMES: [(&str, &str); 16] = [
-    ("attn_q.weight", "attention.self.query.weight"),
-    ("attn_q.bias", "attention.self.query.bias"),
-    ("attn_k.weight", "attention.self.key.weight"),
-    ("attn_k.bias", "attention.self.key.bias"),
-    ("attn_v.weight", "attention.self.value.weight"),
-    ("attn_v.bias", "attention.self.value.bias"),
-    ("attn_output.weight", "attention.output.dense.weight"),
-    ("attn_output.bias", "attention.output.dense.bias"),
-    ("attn_output_norm.weight", "attention.output.LayerNorm.weight"),
-    ("attn_output_norm.bias", "attention.output.LayerNorm.bias"),
-    ("ffn_up.weight", "intermediate.dense.weight"),
-    ("ffn_up.bias", "intermediate.dense.bias"),
-    ("ffn_down.weight", "output.dense.weight"),
-    ("ffn_down.bias", "output.dense.bias"),
-    ("layer_output_norm.weight", "output.LayerNorm.weight"),
-    ("layer_output_norm.bias", "output.LayerNorm.bias"),
-];
-
 /// The HF name of the llama-family tensor that GGUF calls `gguf`, if the
 /// tables have one.
 pub fn llama_hf_name(gguf: &str) -> Option<String> {
-    HfNames::LLAMA.hf_name(gguf)
+    super::llama::HF_NAMES.hf_name(gguf)
 }
 
 /// Where a family's tensors are in an HF checkpoint: its name tables, and
@@ -143,76 +44,43 @@ pub fn llama_hf_name(gguf: &str) -> Option<String> {
 pub struct HfNames {
     /// The family, for messages.
     pub family: &'static str,
-    /// Whole-model tensors besides llama's, under the body.
-    names: &'static [(&'static str, &'static str)],
-    block_names: &'static [&'static [(&'static str, &'static str)]],
+    /// Whole-model tensors besides llama's, under the body: GGUF name, HF name.
+    pub names: &'static [(&'static str, &'static str)],
+    /// Per-block tensors: `blk.{i}.` + GGUF suffix is the body, `layers`,
+    /// `{i}.` + HF suffix.
+    pub block_names: &'static [&'static [(&'static str, &'static str)]],
     /// Before `embed_tokens.weight`, `norm.weight` and `layers.{i}.`.
     pub body: &'static str,
     /// The output head.
     pub head: &'static str,
     /// Before block `i`'s names, after the body: `layers.` (BERT: `encoder.layer.`).
-    layers: &'static str,
+    pub layers: &'static str,
     /// Prefixes (after the body) of stored tensors the model does not
     /// compute with: BERT's pooler and its position-id buffer.
-    ignored: &'static [&'static str],
+    pub ignored: &'static [&'static str],
 }
 
 impl HfNames {
-    /// `LlamaForCausalLM` and its kin.
-    pub const LLAMA: HfNames = HfNames {
-        family: "llama",
+    /// A decoder's prefixes (`model.`, `lm_head.weight`, `layers.`), with
+    /// no tables of its own: what a family's names start from.
+    pub const DECODER: HfNames = HfNames {
+        family: "",
         names: &[],
-        block_names: &[&LLAMA_BLOCK_NAMES],
+        block_names: &[],
         body: "model.",
         head: "lm_head.weight",
         layers: "layers.",
         ignored: &[],
     };
 
-    /// `BertModel` (the body at the top level) or `BertForMaskedLM` (under
-    /// `bert.`, its `cls.` head not read).
-    const BERT: HfNames = HfNames {
-        family: "bert",
-        names: &BERT_NAMES,
-        block_names: &[&BERT_BLOCK_NAMES],
-        body: "",
-        head: "cls.predictions.decoder.weight",
-        layers: "encoder.layer.",
-        ignored: &["pooler.", "embeddings.position_ids", "cls."],
-    };
-
-    /// Where `config`'s family keeps its tensors in `has`'s checkpoint. A
-    /// `Gemma3ForConditionalGeneration` keeps its text model under
-    /// `language_model.model.` (as transformers saves it) or
-    /// `model.language_model.` (its module tree); its vision tower is left
-    /// alone. A `Gemma3nForConditionalGeneration` keeps it under
-    /// `model.language_model.`, next to its vision and audio towers.
+    /// Where `config`'s family ([`registry::by_model_type`]) keeps its
+    /// tensors in `has`'s checkpoint. A `model_type` no family reads is
+    /// refused when the family is read ([`registry::by_hf`]); until then
+    /// it has a decoder's prefixes.
     fn of(config: &HfConfig, has: impl Fn(&str) -> bool) -> HfNames {
-        const GEMMA3: HfNames = HfNames { family: "gemma3", block_names: &[&GEMMA3_BLOCK_NAMES], ..HfNames::LLAMA };
-        const GEMMA3N: HfNames = HfNames {
-            family: "gemma3n",
-            names: &GEMMA3N_NAMES,
-            block_names: &[&GEMMA3_BLOCK_NAMES, &GEMMA3N_BLOCK_NAMES],
-            ..HfNames::LLAMA
-        };
-        match config.model_type.as_str() {
-            "gemma3_text" => GEMMA3,
-            "gemma3n_text" => GEMMA3N,
-            "gemma3n" => HfNames { body: "model.language_model.", ..GEMMA3N },
-            "bert" if has("bert.embeddings.word_embeddings.weight") => HfNames { body: "bert.", ..Self::BERT },
-            "bert" => Self::BERT,
-            "gemma3" => {
-                let body = ["language_model.model.", "model.language_model."]
-                    .into_iter()
-                    .find(|p| has(&format!("{p}embed_tokens.weight")))
-                    .unwrap_or("language_model.model.");
-                let head = ["language_model.lm_head.weight", "lm_head.weight"]
-                    .into_iter()
-                    .find(|h| has(h))
-                    .unwrap_or("lm_head.weight");
-                HfNames { body, head, ..GEMMA3 }
-            }
-            _ => Self::LLAMA,
+        match registry::by_model_type(&config.model_type) {
+            Some(row) => (row.hf_names)(config, &has),
+            None => HfNames::DECODER,
         }
     }
 
@@ -341,7 +209,7 @@ impl<'c> SafetensorsWeights<'c> {
     /// Declares every tensor as `cast` (f32, f16 or bf16), or as stored
     /// with `None`.
     pub fn with_cast(mut self, cast: Option<DType>) -> Result<Self> {
-        self.cast = super::float_cast(cast)?;
+        self.cast = float_cast(cast)?;
         Ok(self)
     }
 

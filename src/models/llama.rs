@@ -19,6 +19,8 @@
 use super::blocks::{
     add_bias, split_heads, Activation, Attention, AttentionConfig, BlockConfig, LayerCache, Positional, Stack,
 };
+use super::hf::HfNames;
+use super::decoder::DecoderConfig;
 use super::config::{self, Dims, GgufKeys, HfKeys, RopeConfig};
 use super::{linear_each, Checkpoint, Decoder, KvCache, ModelError, Result, Span};
 use crate::trace::nn::{Rope, RopeStyle};
@@ -286,6 +288,40 @@ impl<'t> Llama<'t> {
     }
 }
 
+/// Where an HF checkpoint (`LlamaForCausalLM` and its kin) keeps the
+/// tensors ([`super::registry`]'s row).
+pub const HF_NAMES: HfNames = HfNames { family: "llama", block_names: &[&HF_BLOCK_NAMES], ..HfNames::DECODER };
+
+/// The per-block tensors of an HF checkpoint: `blk.{i}.` + GGUF suffix is
+/// `model.layers.{i}.` + HF suffix.
+const HF_BLOCK_NAMES: [(&str, &str); 14] = [
+    ("attn_norm.weight", "input_layernorm.weight"),
+    ("attn_q.weight", "self_attn.q_proj.weight"),
+    ("attn_k.weight", "self_attn.k_proj.weight"),
+    ("attn_v.weight", "self_attn.v_proj.weight"),
+    ("attn_output.weight", "self_attn.o_proj.weight"),
+    ("ffn_norm.weight", "post_attention_layernorm.weight"),
+    ("ffn_gate.weight", "mlp.gate_proj.weight"),
+    ("ffn_up.weight", "mlp.up_proj.weight"),
+    ("ffn_down.weight", "mlp.down_proj.weight"),
+    // Qwen2's projection biases, Qwen3's per-head query and key norms.
+    ("attn_q.bias", "self_attn.q_proj.bias"),
+    ("attn_k.bias", "self_attn.k_proj.bias"),
+    ("attn_v.bias", "self_attn.v_proj.bias"),
+    ("attn_q_norm.weight", "self_attn.q_norm.weight"),
+    ("attn_k_norm.weight", "self_attn.k_norm.weight"),
+];
+
+impl DecoderConfig for Config {
+    fn name(&self) -> &str {
+        &self.architecture
+    }
+
+    fn load<'t>(&self, t: &'t Tracer, weights: &dyn Checkpoint) -> Result<Box<dyn Decoder<'t> + 't>> {
+        Ok(Box::new(Llama::load(t, self, weights)?))
+    }
+}
+
 impl<'t> Decoder<'t> for Llama<'t> {
     fn dims(&self) -> &Dims {
         &self.config.dims
@@ -328,7 +364,7 @@ mod tests {
 
     /// [`crate::models::prefill`] of `config`.
     fn prefill_of(config: &Config, weights: &dyn Checkpoint, seq_len: usize) -> Result<Graph> {
-        crate::models::prefill(&Family::Llama(config.clone()), weights, seq_len)
+        crate::models::prefill(&Family::new(config.clone()), weights, seq_len)
     }
 
     fn entry_points<D: AsRef<[u8]>>(weights: &GgufWeights<'_, D>, max_context: usize, n: usize) -> Result<Vec<Graph>> {
@@ -604,18 +640,18 @@ mod tests {
                 c[key] = value.clone();
             }
             let config = crate::weights::hf_config::HfConfig::parse(&c.to_string()).unwrap();
-            Family::from_hf(&config).map_err(|e| e.to_string())
+            Family::from_hf(&config).map(|f| f.config::<Config>().cloned()).map_err(|e| e.to_string())
         };
-        let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": null, "torch_dtype": "bfloat16", "use_cache": true}))
+        let Ok(Some(c)) = hf(json!({"rope_scaling": null, "torch_dtype": "bfloat16", "use_cache": true}))
         else {
             panic!("a llama config")
         };
         assert_eq!((c.dims.head_dim, c.dims.head_count_kv, c.rope_style), (8, 2, RopeStyle::NeoX));
         assert_eq!((c.rope.theta, c.dims.rms_norm_eps), (10000.0, 1e-6), "HF's defaults");
         assert!(hf(json!({"model_type": "mistral", "sliding_window": null})).is_ok());
-        let Ok(Family::Llama(c)) = hf(json!({"model_type": "mistral", "sliding_window": 4096})) else { panic!() };
+        let Ok(Some(c)) = hf(json!({"model_type": "mistral", "sliding_window": 4096})) else { panic!() };
         assert_eq!(c.sliding_window, Some(4096));
-        let Ok(Family::Llama(c)) = hf(json!({"head_dim": 16})) else { panic!("a llama config") };
+        let Ok(Some(c)) = hf(json!({"head_dim": 16})) else { panic!("a llama config") };
         assert_eq!(c.dims.head_dim, 16);
 
         // transformers 4.x and 5.x spellings of the same rope.
@@ -627,15 +663,15 @@ mod tests {
             high_freq_factor: 4.0,
             original_max_position_embeddings: 8192,
         };
-        let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": llama3, "rope_theta": 500000.0})) else { panic!() };
+        let Ok(Some(c)) = hf(json!({"rope_scaling": llama3, "rope_theta": 500000.0})) else { panic!() };
         assert_eq!((c.rope.scaling, c.rope.theta), (want, 500000.0));
         let mut v5 = llama3.clone();
         v5["rope_theta"] = json!(500000.0);
-        let Ok(Family::Llama(c)) = hf(json!({"rope_parameters": v5})) else { panic!("5.x rope_parameters") };
+        let Ok(Some(c)) = hf(json!({"rope_parameters": v5})) else { panic!("5.x rope_parameters") };
         assert_eq!((c.rope.scaling, c.rope.theta), (want, 500000.0), "the issue's wrong export");
-        let Ok(Family::Llama(c)) = hf(json!({"rope_scaling": {"type": "linear", "factor": 2.0}})) else { panic!() };
+        let Ok(Some(c)) = hf(json!({"rope_scaling": {"type": "linear", "factor": 2.0}})) else { panic!() };
         assert_eq!(c.rope.scaling, RopeScaling::Linear { factor: 2.0 });
-        let Ok(Family::Llama(c)) = hf(json!({"model_type": "qwen2", "max_position_embeddings": 4096,
+        let Ok(Some(c)) = hf(json!({"model_type": "qwen2", "max_position_embeddings": 4096,
             "rope_scaling": {"type": "yarn", "factor": 4.0}}))
         else {
             panic!("Qwen2.5's yarn")
@@ -692,16 +728,16 @@ mod tests {
             "transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16", "fp16": "float16"}},
             "use_cache": true, "vocab_size": 49152
         });
-        let Ok(Family::Llama(c)) = hf(smollm2) else { panic!("SmolLM2's config") };
+        let Ok(Some(c)) = hf(smollm2) else { panic!("SmolLM2's config") };
         assert_eq!((c.dims.head_count, c.dims.head_count_kv, c.dims.head_dim, c.rope.theta), (9, 3, 64, 100000.0));
         // Qwen with a window on every layer, or with the window off.
-        let Ok(Family::Llama(c)) =
+        let Ok(Some(c)) =
             hf(json!({"model_type": "qwen2", "use_sliding_window": true, "sliding_window": 8, "max_window_layers": 0}))
         else {
             panic!()
         };
         assert_eq!(c.sliding_window, Some(8));
-        let Ok(Family::Llama(c)) = hf(
+        let Ok(Some(c)) = hf(
             json!({"model_type": "qwen3", "sliding_window": 8, "layer_types": ["sliding_attention", "sliding_attention"]}),
         ) else {
             panic!()

@@ -629,7 +629,7 @@ mod tests {
         );
         assert_eq!((c.dims.vocab_size, c.rope.theta, c.dims.rms_norm_eps as f32), (128256, 500000.0, 1e-5));
         let weights = crate::models::GgufWeights::new(&g, crate::models::PackedPolicy::Keep).unwrap();
-        let graph = crate::models::prefill(&crate::models::Family::Llama(c), &weights, crate::graph::DYNAMIC).unwrap();
+        let graph = crate::models::prefill(&crate::models::Family::new(c), &weights, crate::graph::DYNAMIC).unwrap();
         // One param per tensor: the tied head is token_embd itself, and the
         // rope divisors are read from the file.
         assert_eq!(graph.params().count(), g.tensors().len());

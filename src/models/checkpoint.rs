@@ -1,0 +1,434 @@
+//! What the families stand on: a checkpoint as the front-ends see it
+//! ([`Checkpoint`], asked for tensors by llama.cpp's GGUF names), a GGUF
+//! read under a [`PackedPolicy`] ([`GgufWeights`]: how each tensor becomes
+//! a graph param, and the same values for the reference interpreter), and
+//! [`Weight`], a declared param with what it takes to read it as f32 and
+//! multiply by it (fused with the dequantization where one row streams the
+//! packed blocks).
+
+use super::{ModelError, Result};
+use crate::graph::{DType, TensorType};
+use crate::interp::{InterpError, ParamSource, Value};
+use crate::trace::nn::to_f32;
+use crate::trace::{dequant, Tensor, Tracer};
+use crate::weights::archive::{self, DerivedParam, Encoding};
+use crate::weights::ggml::GgmlType;
+use crate::weights::gguf::{Gguf, GgufTensor};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+/// What a quantized (packed) checkpoint tensor becomes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PackedPolicy {
+    /// Refuse: the error names the tensor, its encoding and the other two
+    /// policies. The default, so that nothing is dequantized by surprise.
+    #[default]
+    Fail,
+    /// A dense param of this dtype (f32, f16 or bf16), dequantized on the
+    /// host: its bytes differ from the checkpoint's, so export writes them
+    /// into an archive.
+    Dequantize(DType),
+    /// The raw ggml blocks as a `tensor<NBYTESxi8>` param that can point
+    /// straight into the GGUF file; the graph dequantizes them
+    /// ([`crate::trace::dequant`]).
+    Keep,
+}
+
+impl std::fmt::Display for PackedPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PackedPolicy::Fail => f.write_str("fail"),
+            PackedPolicy::Dequantize(dtype) => write!(f, "dequantize to {dtype}"),
+            PackedPolicy::Keep => f.write_str("keep"),
+        }
+    }
+}
+
+/// A checkpoint as the front-ends see it. Tensors are asked for by
+/// llama.cpp's GGUF names (`blk.0.attn_q.weight`); a source with other
+/// names (HF safetensors) maps them. The param each one declares is named
+/// as in the source file, so `#flow.parameter.named<"model"::NAME>` finds it
+/// there.
+pub trait Checkpoint: ParamSource {
+    /// Declares the tensor `name` as a param, checking it has the row-major
+    /// `expected` shape.
+    fn load<'t>(&self, tracer: &'t Tracer, name: &str, expected: &[usize]) -> Result<Weight<'t>>;
+
+    /// Whether the checkpoint has the tensor `name`.
+    fn contains(&self, name: &str) -> bool;
+
+    /// How the param `param` (a name in the source file, as declared by
+    /// [`Checkpoint::load`]) is made from the stored bytes: copied when
+    /// [`DerivedParam::is_copy`], else converted.
+    fn stored(&self, param: &str) -> Result<DerivedParam<'_>>;
+
+    /// The file that `#flow.parameter.named` keys of copied params refer to.
+    fn path(&self) -> &Path;
+
+    /// A stored tensor of the model that is not among `used` (the params
+    /// the front-end declared, by their names in the file): a part of the
+    /// model kiln would leave out. Parts that are not the decoder's (a
+    /// vision tower) or that the reference implementation ignores too (a
+    /// tied checkpoint's stored head; `unread`, by their GGUF names) do not
+    /// count.
+    fn unused(&self, used: &BTreeSet<&str>, unread: &[String]) -> Option<String>;
+}
+
+/// `cast` if it is a float dtype a dense param can be declared as.
+pub(super) fn float_cast(cast: Option<DType>) -> Result<Option<DType>> {
+    match cast {
+        Some(dtype) if !dtype.is_float() => Err(ModelError::DequantizeDType(dtype)),
+        cast => Ok(cast),
+    }
+}
+
+/// The interpreter's view of a checkpoint: each param as it is declared,
+/// converted on the host when it is not stored as is.
+pub(super) fn param_value(checkpoint: &dyn Checkpoint, name: &str, ty: &TensorType) -> std::result::Result<Value, InterpError> {
+    let fail = |message: String| InterpError::Param { name: name.to_string(), message };
+    let stored = checkpoint.stored(name).map_err(|e| match e {
+        ModelError::MissingTensor(_) => InterpError::MissingParam { name: name.to_string() },
+        e => fail(e.to_string()),
+    })?;
+    if stored.target != ty.dtype {
+        return Err(InterpError::ParamType {
+            name: name.to_string(),
+            expected: ty.clone(),
+            found: stored.target.to_string(),
+        });
+    }
+    if stored.is_copy() {
+        return Value::from_le_bytes(ty, stored.source);
+    }
+    let bytes = archive::derive_to_vec(&stored).map_err(|e| fail(e.to_string()))?;
+    Value::from_le_bytes(ty, &bytes)
+}
+
+/// How a GGUF tensor is declared as a param ([`GgufWeights::declare`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Declared {
+    /// The param's type.
+    pub ty: TensorType,
+    /// The ggml type of the blocks a packed param keeps as `[nbytes]` i8.
+    pub packed: Option<GgmlType>,
+    /// How the stored bytes are read to make the param's.
+    pub encoding: Encoding,
+}
+
+impl Declared {
+    /// A dense param of type `ty`, made from blocks of `stored`.
+    fn dense(ty: TensorType, stored: GgmlType) -> Declared {
+        Declared { ty, packed: None, encoding: Encoding::Ggml(stored) }
+    }
+}
+
+/// A GGUF file read under a [`PackedPolicy`]: how each tensor is declared
+/// as a param ([`GgufWeights::declare`], [`Checkpoint::load`]), and the
+/// same values for the interpreter ([`ParamSource`]).
+pub struct GgufWeights<'g, D: AsRef<[u8]>> {
+    /// The parsed, mapped file.
+    pub gguf: &'g Gguf<D>,
+    /// What quantized tensors become.
+    pub packed: PackedPolicy,
+    /// Dense float tensors are declared as this dtype instead of their own
+    /// (an archive of one dtype); `None` keeps them as stored.
+    pub cast: Option<DType>,
+}
+
+impl<'g, D: AsRef<[u8]>> GgufWeights<'g, D> {
+    /// Reads `gguf` under `packed`; fails if a dequantize dtype is not a float.
+    pub fn new(gguf: &'g Gguf<D>, packed: PackedPolicy) -> Result<Self> {
+        if let PackedPolicy::Dequantize(dtype) = packed {
+            float_cast(Some(dtype))?;
+        }
+        Ok(GgufWeights { gguf, packed, cast: None })
+    }
+
+    /// Declares every dense float tensor as `cast` (f32, f16 or bf16), or
+    /// as stored with `None`.
+    pub fn with_cast(mut self, cast: Option<DType>) -> Result<Self> {
+        self.cast = float_cast(cast)?;
+        Ok(self)
+    }
+
+    /// How `tensor` becomes a param: f32/f16/bf16 as themselves (or the
+    /// cast); a quantized type as the policy says. The one place that
+    /// decides it, for [`Checkpoint::load`], [`Checkpoint::stored`] and the
+    /// interpreter alike.
+    pub fn declare(&self, tensor: &GgufTensor<'_>) -> Result<Declared> {
+        let dense = |dtype| Ok(Declared::dense(TensorType::new(tensor.shape(), dtype), tensor.ggml_type));
+        let name = || tensor.name.to_string();
+        match (tensor.ggml_type, self.packed) {
+            (GgmlType::F32, _) => dense(self.cast.unwrap_or(DType::F32)),
+            (GgmlType::F16, _) => dense(self.cast.unwrap_or(DType::F16)),
+            (GgmlType::BF16, _) => dense(self.cast.unwrap_or(DType::BF16)),
+            (ty, _) if !ty.is_quantized() => Err(ModelError::UnsupportedType { name: name(), ty }),
+            (ty, PackedPolicy::Fail) => Err(ModelError::Packed { name: name(), ty }),
+            (_, PackedPolicy::Dequantize(dtype)) => dense(dtype),
+            // The param is the blocks' bytes as stored.
+            (ty, PackedPolicy::Keep) if dequant::supported(ty) => Ok(Declared {
+                ty: TensorType::new([tensor.data.len()], DType::I8),
+                packed: Some(ty),
+                encoding: Encoding::Dense(DType::I8),
+            }),
+            (ty, PackedPolicy::Keep) => Err(ModelError::KeepUnsupported { name: name(), ty }),
+        }
+    }
+
+    fn tensor(&self, name: &str) -> Result<GgufTensor<'_>> {
+        self.gguf.tensor(name).ok_or_else(|| ModelError::MissingTensor(name.to_string()))
+    }
+}
+
+impl<D: AsRef<[u8]>> Checkpoint for GgufWeights<'_, D> {
+    fn load<'t>(&self, tracer: &'t Tracer, name: &str, expected: &[usize]) -> Result<Weight<'t>> {
+        let tensor = self.tensor(name)?;
+        let shape = tensor.shape();
+        if shape != expected {
+            return Err(ModelError::TensorShape { name: name.to_string(), expected: expected.to_vec(), found: shape });
+        }
+        let Declared { ty, packed, .. } = self.declare(&tensor)?;
+        let raw = tracer.param(name, ty)?;
+        Ok(Weight { name: name.to_string(), raw, packed, shape })
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.gguf.tensor(name).is_some()
+    }
+
+    fn stored(&self, param: &str) -> Result<DerivedParam<'_>> {
+        let tensor = self.tensor(param)?;
+        let Declared { ty, encoding, .. } = self.declare(&tensor)?;
+        Ok(DerivedParam { name: tensor.name, source: tensor.data, encoding, target: ty.dtype })
+    }
+
+    fn path(&self) -> &Path {
+        self.gguf.path()
+    }
+
+    fn unused(&self, used: &BTreeSet<&str>, unread: &[String]) -> Option<String> {
+        let known = |name: &str| used.contains(name) || unread.iter().any(|u| u == name);
+        self.gguf.tensors().map(|t| t.name).find(|name| !known(name)).map(str::to_string)
+    }
+}
+
+impl<D: AsRef<[u8]>> ParamSource for GgufWeights<'_, D> {
+    fn param(&self, name: &str, ty: &TensorType) -> std::result::Result<Value, InterpError> {
+        param_value(self, name, ty)
+    }
+}
+
+/// A checkpoint tensor declared as a param: the raw value as declared, with
+/// what it takes to read it as f32.
+#[derive(Clone, Debug)]
+pub struct Weight<'t> {
+    /// The param's name, as in the source file.
+    pub name: String,
+    /// The param as declared: dense, or packed blocks as `[nbytes]` i8.
+    pub raw: Tensor<'t>,
+    /// The ggml type of `raw`'s blocks when the param is kept packed.
+    pub packed: Option<GgmlType>,
+    /// Row-major logical shape (`[out, in]` for a matrix).
+    pub shape: Vec<usize>,
+}
+
+impl<'t> Weight<'t> {
+    /// The whole tensor as f32.
+    pub fn f32(&self) -> Result<Tensor<'t>> {
+        Ok(match self.packed {
+            Some(ty) => dequant::dequantize(&self.raw, ty, &self.shape)?,
+            None => to_f32(&self.raw)?,
+        })
+    }
+
+    /// `x · Wᵀ` for this `[out, in]` matrix: `x [..., in]` -> `[..., out]`.
+    ///
+    /// A packed weight times one static row of `x` (decode) is a
+    /// `packed_matvec`, which streams the blocks and decodes them inside
+    /// the product: no f32 copy of the weight is written and no transpose
+    /// made. More rows (prefill) or a dynamic `x` dequantize the whole
+    /// matrix once and run a matrix product, where the copy is shared by
+    /// every row.
+    pub fn linear(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
+        self.matrix()?;
+        match streamed_type(&[self], x) {
+            Some(ty) => Ok(packed_products(&[self], ty, x)?.remove(0)),
+            None => Ok(x.linear(&self.f32()?)?),
+        }
+    }
+
+    /// `[out, in]`, or an error naming the weight.
+    fn matrix(&self) -> Result<[usize; 2]> {
+        match self.shape[..] {
+            [out, inp] => Ok([out, inp]),
+            _ => {
+                Err(ModelError::Config(format!("{}: linear() needs a matrix, found shape {:?}", self.name, self.shape)))
+            }
+        }
+    }
+
+    /// Rows `ids` (`[n]` integer, `n` may be `?`) of a matrix, as f32 `[n,
+    /// cols]`: an embedding lookup. A packed table gathers the rows' bytes
+    /// (a row is a whole number of blocks) and dequantizes only those.
+    pub fn rows(&self, ids: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let [rows, cols] = self.shape[..] else {
+            return Err(ModelError::Config(format!(
+                "{}: rows() needs a matrix, found shape {:?}",
+                self.name, self.shape
+            )));
+        };
+        match self.packed {
+            Some(ty) => {
+                let row_bytes = self.raw.ty.shape[0] / rows;
+                let picked = self.raw.reshape(&[rows, row_bytes])?.gather(ids)?;
+                Ok(dequant::dequantize(&picked, ty, &[picked.ty.shape[0], cols])?)
+            }
+            None => Ok(to_f32(&self.raw.gather(ids)?)?),
+        }
+    }
+
+    /// The `n` equal blocks of rows of this matrix, or of the `[n · rows,
+    /// cols]` matrix a `[n, rows, cols]` stack is: each a slice of the one
+    /// param (a packed block is whole rows of whole blocks, so its bytes are
+    /// contiguous), which a product reads in place.
+    pub fn row_blocks(&self, n: usize) -> Result<Vec<Weight<'t>>> {
+        let (rows, cols) = match self.shape[..] {
+            [rows, cols] => (rows, cols),
+            [stack, rows, cols] => (stack * rows, cols),
+            _ => (0, 0),
+        };
+        if n == 0 || rows == 0 || !rows.is_multiple_of(n) {
+            return Err(ModelError::Config(format!(
+                "{}: row_blocks({n}) needs a matrix or a stack of them with a multiple of {n} rows, found shape {:?}",
+                self.name, self.shape
+            )));
+        }
+        let block = rows / n;
+        let part = |i: usize| -> Result<Tensor<'t>> {
+            Ok(match self.packed {
+                Some(_) => {
+                    let len = self.raw.ty.shape[0] / n;
+                    self.raw.slice(&[i * len], &[(i + 1) * len], &[1])?
+                }
+                None => self.raw.reshape(&[rows, cols])?.slice(&[i * block, 0], &[(i + 1) * block, cols], &[1, 1])?,
+            })
+        };
+        (0..n)
+            .map(|i| {
+                let name = format!("{}[{i}]", self.name);
+                Ok(Weight { name, raw: part(i)?, packed: self.packed, shape: vec![block, cols] })
+            })
+            .collect()
+    }
+}
+
+/// Whether [`linear_each`] makes one `packed_matvec` of `weights` times `x`:
+/// packed matrices of one type and shape times one static f32 row.
+pub fn streamed_together(weights: &[&Weight<'_>], x: &Tensor<'_>) -> bool {
+    streamed_type(weights, x).is_some()
+}
+
+/// The ggml type of `weights` where they are [`streamed_together`].
+fn streamed_type(weights: &[&Weight<'_>], x: &Tensor<'_>) -> Option<GgmlType> {
+    let first = weights.first()?;
+    let rank = x.ty.rank();
+    let one_row = !x.ty.is_dynamic()
+        && x.ty.dtype == DType::F32
+        && rank >= 1
+        && matches!(first.shape[..], [_, inp] if x.ty.shape[rank - 1] == inp && x.ty.num_elements() == inp);
+    let same = weights.iter().all(|w| w.packed == first.packed && w.shape == first.shape);
+    first.packed.filter(|_| one_row && same)
+}
+
+/// `x · Wᵀ` for each `[out, in]` matrix of `weights`, all taking `x [...,
+/// in]` ([`Weight::linear`] each, in turn). Matrices [`streamed_together`]
+/// are one `packed_matvec`, which streams their blocks side by side:
+/// SmolLM2's gate and up products take 86 µs together, 2 × 60 µs apart.
+pub fn linear_each<'t>(weights: &[&Weight<'t>], x: &Tensor<'t>) -> Result<Vec<Tensor<'t>>> {
+    match streamed_type(weights, x) {
+        Some(ty) => packed_products(weights, ty, x),
+        None => weights.iter().map(|w| w.linear(x)).collect(),
+    }
+}
+
+/// The one `packed_matvec` of `weights`, packed as `ty` and
+/// [`streamed_together`] with `x`, split into a product per matrix.
+fn packed_products<'t>(weights: &[&Weight<'t>], ty: GgmlType, x: &Tensor<'t>) -> Result<Vec<Tensor<'t>>> {
+    let [out, inp] = weights[0].matrix()?;
+    let blocks = [out, inp / ty.block_size(), ty.type_size()];
+    let raws = weights.iter().map(|w| w.raw.reshape(&blocks)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let y = dequant::packed_matvec(&raws.iter().collect::<Vec<_>>(), ty, &x.reshape(&[1, inp])?)?;
+    let shape = [&x.ty.shape[..x.ty.rank() - 1], &[out][..]].concat();
+    match weights.len() {
+        1 => Ok(vec![y.reshape(&shape)?]),
+        n => (0..n).map(|i| Ok(y.slice(&[i, 0], &[i + 1, out], &[1, 1])?.reshape(&shape)?)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::{self, CheckOptions};
+    use crate::graph::{Graph, Op};
+    use crate::interp;
+    use crate::iree::Iree;
+    use crate::weights::safetensors::SafeTensors;
+
+    /// (type, in): SmolLM2's 18-block Q4_1 rows (tiles of 4 blocks plus a
+    /// 2-block tail), an even Q8_0 row, Q5_0, and the K-quants of Gemma 3.
+    const CASES: [(GgmlType, usize); 5] = [
+        (GgmlType::Q4_1, 576),
+        (GgmlType::Q8_0, 640),
+        (GgmlType::Q5_0, 96),
+        (GgmlType::Q4_K, 512),
+        (GgmlType::Q6_K, 256),
+    ];
+    const OUT: usize = 24;
+
+    /// `W · x` for each case from a packed param, through `linear` (fused or
+    /// not, by the rows of `x`) or through the dense `f32()` copy.
+    fn linear_graph(rows: usize, fused: bool) -> Graph {
+        let t = Tracer::new("main");
+        let mut outs = Vec::new();
+        for (i, &(ty, k)) in CASES.iter().enumerate() {
+            let x = t.input(&format!("x{i}"), TensorType::new([rows, k], DType::F32)).unwrap();
+            let bytes = ty.byte_len((OUT * k) as u64).unwrap() as usize;
+            let raw = t.param(&format!("w{i}"), TensorType::new([bytes], DType::I8)).unwrap();
+            let w = Weight { name: format!("w{i}"), raw, packed: Some(ty), shape: vec![OUT, k] };
+            outs.push(if fused { w.linear(&x).unwrap() } else { x.linear(&w.f32().unwrap()).unwrap() });
+        }
+        t.finish(&outs.iter().collect::<Vec<_>>()).unwrap()
+    }
+
+    fn dot_generals(g: &Graph) -> usize {
+        g.nodes().iter().filter(|n| matches!(n.op, Op::DotGeneral(_))).count()
+    }
+
+    #[test]
+    fn one_row_linear_streams_the_blocks_and_agrees_with_dequantize_then_dot() {
+        let fused = linear_graph(1, true);
+        let count = |g: &Graph, f: fn(&Op) -> bool| g.nodes().iter().filter(|n| f(&n.op)).count();
+        assert_eq!(count(&fused, |op| matches!(op, Op::PackedMatvec { .. })), CASES.len(), "one row: packed_matvec");
+        assert_eq!(count(&fused, |op| matches!(op, Op::Dequantize { .. } | Op::DotGeneral(_))), 0);
+        assert_eq!(dot_generals(&linear_graph(2, true)), CASES.len(), "two rows: dequantize, then dot_general");
+
+        let dir = tempfile::tempdir().unwrap();
+        let params_path = dir.path().join("params.safetensors");
+        check::write_random_params(&fused, &params_path, 7).unwrap();
+        let params = SafeTensors::open(&params_path).unwrap();
+        let inputs = check::random_inputs(&fused, 7, 0);
+        let got = interp::run(&fused, &inputs, &params).unwrap();
+        let want = interp::run(&linear_graph(1, false), &inputs, &params).unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.ty, w.ty);
+            let (g, w) = (g.to_f64_vec(), w.to_f64_vec());
+            let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let diff = g.iter().zip(&w).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+            assert!(diff <= 1e-5 * scale.max(1.0), "{:?}: {diff} (scale {scale})", CASES[i]);
+        }
+
+        let options = CheckOptions { rtol: 1e-4, atol: 1e-4, ..CheckOptions::default() };
+        let report = check::check_graph(&fused, &Iree::for_tests(), dir.path(), &options).unwrap();
+        assert!(report.ok(), "{report:?}");
+    }
+}

@@ -1,0 +1,214 @@
+//! The graphs traced from a decoder family: [`prefill`] without a cache,
+//! the serving [`entry_points`] over a KV cache, the greedy picker, and
+//! [`Serving`], the three that lowering turns into `generate`.
+
+use super::cache::{Cache, CacheSpec, KvCache};
+use super::checkpoint::Checkpoint;
+use super::decoder::{Decoder, Keys, Logits, Span};
+use super::registry::Family;
+use super::{ModelError, Result};
+use crate::graph::{DType, Graph, TensorType, DYNAMIC};
+use crate::interp::{Buffer, InterpError, ParamSource, Value};
+use crate::trace::{Tensor, Tracer};
+use std::collections::BTreeSet;
+
+/// Prefill without a KV cache: `main(tokens: tensor<1 x seq_len x i32>) ->
+/// logits: tensor<1 x seq_len x vocab x f32>`, positions `0..seq_len`;
+/// `seq_len` may be [`DYNAMIC`], one module for every prompt length.
+pub fn prefill(family: &Family, weights: &dyn Checkpoint, seq_len: usize) -> Result<Graph> {
+    let t = Tracer::new("main");
+    let model = family.load(&t, weights)?;
+    let tokens = t.input("tokens", TensorType::new([1, seq_len], DType::I32))?;
+    let positions = t.iota(0, TensorType::new([seq_len], DType::I32))?;
+    let at =
+        Span { positions: &positions, keys: Keys::Masked { len: seq_len, q_offset: 0.into() }, logits: Logits::Every };
+    let logits = model.forward(&tokens.reshape(&[seq_len])?, at, None)?;
+    Ok(t.finish(&[&logits.reshape(&[1, seq_len, model.vocab_size()])?])?)
+}
+
+/// The serving entry points, one graph each, sharing the weights:
+/// - `prefill(tokens: tensor<1x?xi32>) -> (logits: tensor<1x?xVOCABxf32>,
+///   keys, values)`: the prompt at positions `0..`, and caches of
+///   `cache`'s positions and dtype holding it;
+/// - `decode(tokens: tensor<1xNxi32>, position: tensor<i32>, keys, values)
+///   -> (logits: tensor<1xNxVOCABxf32>, keys, values)`: `N` more tokens at
+///   `position..`.
+pub fn entry_points(
+    family: &Family,
+    weights: &dyn Checkpoint,
+    cache: impl Into<CacheSpec>,
+    decode_len: usize,
+) -> Result<Vec<Graph>> {
+    let cache = cache.into();
+    let cache = CacheSpec::new(cache.max_context, cache.dtype)?;
+    let prefill = {
+        let t = Tracer::new("prefill");
+        let model = family.load(&t, weights)?;
+        let tokens = t.input("tokens", TensorType::new([1, DYNAMIC], DType::I32))?;
+        let (keys, values) = model.cache_types(cache);
+        let (keys, values) = (t.constant(0.0, keys)?, t.constant(0.0, values)?);
+        let start = t.constant(0.0, TensorType::new([], DType::I32))?;
+        finish_cached(&t, &*model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start, empty: true })?
+    };
+    let decode = {
+        let t = Tracer::new("decode");
+        let model = family.load(&t, weights)?;
+        let tokens = t.input("tokens", TensorType::new([1, decode_len], DType::I32))?;
+        let start = t.input("position", TensorType::new([], DType::I32))?;
+        let (keys, values) = model.cache_types(cache);
+        let (keys, values) = (t.input("keys", keys)?, t.input("values", values)?);
+        let cache = KvCache { keys: Cache(keys), values: Cache(values), start, empty: false };
+        finish_cached(&t, &*model, &tokens, cache)?
+    };
+    Ok(vec![prefill, decode])
+}
+
+/// `name(logits: tensor<1 x seq x vocab x f32>, index: tensor<i32>) ->
+/// tensor<1x1xi32>`: the greedy choice at position `index` (the argmax;
+/// the first one on a tie). `seq` may be [`DYNAMIC`].
+pub fn greedy_pick(name: &str, seq: usize, vocab: usize) -> Result<Graph> {
+    let t = Tracer::new(name);
+    let logits = t.input("logits", TensorType::new([1, seq, vocab], DType::F32))?;
+    let index = t.input("index", TensorType::new([], DType::I32))?;
+    let zero = t.constant(0.0, TensorType::new([], DType::I32))?;
+    let row = logits.dynamic_slice(&[&zero, &index, &zero], &[1, 1, vocab])?;
+    let token = row.argmax(2)?;
+    Ok(t.finish(&[&token])?)
+}
+
+/// The serving graphs of a model: [`entry_points`] with one-token decode
+/// and the pickers of [`crate::lower::GreedyLoop`].
+pub struct Serving {
+    /// `prefill(tokens: tensor<1x?xi32>) -> (logits, keys, values)`, the
+    /// logits of the prompt's last position.
+    pub prefill: Graph,
+    /// `decode(tokens: tensor<1x1xi32>, position, keys, values) -> (logits,
+    /// keys, values)`.
+    pub decode: Graph,
+    /// [`greedy_pick`] over the `[1, 1, vocab]` logits both return.
+    pub pick: Graph,
+    /// Positions of the KV cache: prompt plus generated tokens.
+    pub max_context: usize,
+}
+
+/// The key and value caches' types of `family` for `cache`, from the model
+/// loaded on a scratch trace: what a capacity costs before choosing it.
+pub fn cache_types(family: &Family, weights: &dyn Checkpoint, cache: CacheSpec) -> Result<(TensorType, TensorType)> {
+    let t = Tracer::new("cache_types");
+    let types = family.load(&t, weights)?.cache_types(cache);
+    Ok(types)
+}
+
+impl Serving {
+    /// Traces the three graphs of `family` over `weights`, every tensor of
+    /// the model used ([`Checkpoint::unused`]).
+    pub fn new(family: &Family, weights: &dyn Checkpoint, cache: impl Into<CacheSpec>) -> Result<Serving> {
+        let cache = cache.into();
+        let [prefill, decode]: [Graph; 2] =
+            entry_points(family, weights, cache, 1)?.try_into().expect("two entry points");
+        let used: BTreeSet<&str> = prefill.params().map(|(_, name, _)| name).collect();
+        if let Some(name) = weights.unused(&used, &family.unread_tensors()) {
+            return Err(ModelError::UnusedTensor { name, family: family.name().to_string() });
+        }
+        let vocab = prefill.node(prefill.outputs()[0]).ty.shape[2];
+        Ok(Serving { prefill, decode, pick: greedy_pick("pick", 1, vocab)?, max_context: cache.max_context })
+    }
+
+    /// These graphs as the [`crate::lower::GreedyLoop`] that lowering turns
+    /// into `generate`.
+    pub fn greedy_loop(&self) -> crate::lower::GreedyLoop<'_> {
+        crate::lower::GreedyLoop {
+            prefill: &self.prefill,
+            decode: &self.decode,
+            pick: &self.pick,
+            max_context: self.max_context,
+        }
+    }
+
+    /// What `generate(prompt, n_new)` computes, by the reference
+    /// interpreter: prefill, then one decode per token, each the argmax
+    /// (the first on a tie) of the last logits. Stops at `n_new` tokens or
+    /// when the cache is full.
+    pub fn generate_reference(
+        &self,
+        params: &dyn ParamSource,
+        prompt: &[u32],
+        n_new: usize,
+    ) -> std::result::Result<Vec<u32>, InterpError> {
+        let pick = |logits: &Value| {
+            let values = logits.to_f64_vec();
+            let vocab = logits.ty.shape[2];
+            let last = &values[values.len() - vocab..];
+            (0..vocab).fold(0, |best, i| if last[i] > last[best] { i } else { best }) as u32
+        };
+        let params = &crate::interp::CachedParams::new(params);
+        let mut state = crate::interp::run(&self.prefill, &[token_ids(prompt)], params)?;
+        let mut tokens = vec![pick(&state[0])];
+        let room = (self.max_context + 1).saturating_sub(prompt.len());
+        while tokens.len() < n_new.min(room) {
+            let position = (prompt.len() + tokens.len() - 1) as i32;
+            let mut inputs = vec![token_ids(&tokens[tokens.len() - 1..]), scalar_i32(position)];
+            inputs.extend(state.drain(1..));
+            state = crate::interp::run(&self.decode, &inputs, params)?;
+            tokens.push(pick(&state[0]));
+        }
+        tokens.truncate(n_new);
+        Ok(tokens)
+    }
+}
+
+/// Runs `tokens [1, n]` through `model` with `cache` and ends the trace with
+/// `(logits [1, 1, vocab], keys, values)`: the last position's logits.
+fn finish_cached<'t>(
+    t: &'t Tracer,
+    model: &dyn Decoder<'t>,
+    tokens: &Tensor<'t>,
+    mut cache: KvCache<'t>,
+) -> Result<Graph> {
+    let n = tokens.ty.shape[1];
+    let logits = model.forward_cached(&tokens.reshape(&[n])?, &mut cache)?;
+    let logits = logits.reshape(&[1, 1, model.vocab_size()])?;
+    Ok(t.finish(&[&logits, &cache.keys.0, &cache.values.0])?)
+}
+
+/// Token ids as the entry points take them: `tensor<1xNxi32>`.
+pub fn token_ids(ids: &[u32]) -> Value {
+    let ids = ids.iter().map(|&id| id as i32).collect::<Vec<_>>();
+    Value::new(TensorType::new([1, ids.len()], DType::I32), Buffer::I32(ids)).expect("one element per id")
+}
+
+/// A position or a count as the entry points take it: `tensor<i32>`.
+pub fn scalar_i32(value: i32) -> Value {
+    Value::new(TensorType::new([], DType::I32), Buffer::I32(vec![value])).expect("one element")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::testing;
+    use crate::models::{GgufWeights, PackedPolicy};
+    use crate::weights::gguf::Gguf;
+
+    /// The real checkpoints trace with one param per tensor (the tied head
+    /// is `token_embd.weight`), the tokens their only input.
+    #[test]
+    fn checkpoints_trace_one_param_per_tensor() {
+        for (path, params, vocab) in [(testing::smollm2_path(), 272, 49152), (testing::gemma3_path(), 236, 262144)] {
+            let gguf = Gguf::open(&path).unwrap_or_else(|e| panic!("{e} (run `make setup`)"));
+            let start = std::time::Instant::now();
+            let graph =
+                prefill(&Family::from_gguf(&gguf).unwrap(), &GgufWeights::new(&gguf, PackedPolicy::Keep).unwrap(), 6)
+                    .unwrap();
+            eprintln!("{}: trace {:.2?}, {} nodes", path.display(), start.elapsed(), graph.nodes().len());
+            let names: Vec<&str> = graph.params().map(|(_, name, _)| name).collect();
+            assert_eq!((names.len(), gguf.tensors().len()), (params, params));
+            assert!(!names.contains(&"output.weight"), "the tied head is token_embd.weight");
+            let tokens = graph.node(graph.inputs()[0]);
+            assert_eq!(
+                (graph.inputs().len(), tokens.name.as_str(), tokens.ty.to_string()),
+                (1, "tokens", "tensor<1x6xi32>".into())
+            );
+            assert_eq!(graph.node(graph.outputs()[0]).ty.to_string(), format!("tensor<1x6x{vocab}xf32>"));
+        }
+    }
+}
