@@ -3,9 +3,10 @@
 //! `model.safetensors.index.json` ([`HfCheckpoint`]).
 //!
 //! The front-ends ask for tensors by llama.cpp's GGUF names;
-//! [`SafetensorsWeights`] maps them to HF's through one table per family
-//! ([`HfNames`]: llama's, Gemma 3's, and where a multimodal wrapper keeps
-//! its text model) and declares each param
+//! [`SafetensorsWeights`] maps them to HF's through the family's tables
+//! ([`HfNames`], which each family's file defines and its
+//! [`super::registry`] row names, with where a multimodal wrapper keeps its
+//! text model) and declares each param
 //! under its HF name, so `#flow.parameter.named<"model"::"model.layers.0.self_attn.q_proj.weight">`
 //! reads the safetensors file itself. Unlike GGUF, HF keeps Q/K rows in the
 //! `rotate_half` order, which [`crate::models::llama::Config::from_hf`]

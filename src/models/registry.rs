@@ -253,3 +253,61 @@ impl Row {
         ModelError::Config(format!("{} is an encoder: it exports as `embed`, not as a decoder", self.name))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's two lines of what kiln reads are the table's.
+    #[test]
+    fn readme_lists_the_table() {
+        let readme = include_str!("../../README.md");
+        for line in [
+            format!("- GGUF `general.architecture`: {}\n", gguf_architectures()),
+            format!("- HF `model_type` (`architectures[0]`): {}\n", hf_models()),
+        ] {
+            assert!(readme.contains(&line), "README.md lacks the line\n{line}");
+        }
+    }
+
+    /// Every name a row reads is read by that row only.
+    #[test]
+    fn names_are_unique() {
+        let gguf: Vec<&str> = FAMILIES.iter().flat_map(|row| row.gguf.iter().copied()).collect();
+        let hf: Vec<&str> = FAMILIES.iter().flat_map(|row| row.hf.iter().map(|m| m.model_type)).collect();
+        let names: Vec<&str> = FAMILIES.iter().map(|row| row.name).collect();
+        for list in [gguf, hf, names] {
+            let mut sorted = list.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted.len(), list.len(), "{list:?}");
+        }
+    }
+
+    /// A `model_type` with another class, or none of the table's, is
+    /// refused naming what kiln reads; the encoder is no decoder family.
+    #[test]
+    fn hf_dispatch() {
+        let config = |json: &str| HfConfig::parse(json).unwrap();
+        assert_eq!(by_hf(&config(r#"{"model_type": "qwen3"}"#)).unwrap().name, "llama");
+        let gemma3 = config(r#"{"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"]}"#);
+        assert_eq!(by_hf(&gemma3).unwrap().name, "gemma3");
+        let e = by_hf(&config(r#"{"model_type": "bert", "architectures": ["BertForSequenceClassification"]}"#));
+        let e = e.unwrap_err().to_string();
+        assert!(e.starts_with("config.json: model_type \"bert\" (architectures[0] \"BertForSequenceClassification\") is not supported; kiln exports llama (LlamaForCausalLM), "), "{e}");
+        assert!(e.ends_with(", bert (BertModel or BertForMaskedLM, an encoder)"), "{e}");
+        let e = Family::from_hf(&config(r#"{"model_type": "bert"}"#)).unwrap_err().to_string();
+        assert_eq!(e, "config: bert is an encoder: it exports as `embed`, not as a decoder");
+    }
+
+    #[test]
+    fn gguf_dispatch() {
+        assert_eq!(by_gguf_architecture("qwen2").unwrap().name, "llama");
+        assert_eq!(by_gguf_architecture("bert").unwrap().name, "bert");
+        let e = by_gguf_architecture("falcon").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "unknown general.architecture \"falcon\" (supported: llama, qwen2, qwen3, gemma3, gemma3n; bert as an encoder)"
+        );
+    }
+}
