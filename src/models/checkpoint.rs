@@ -84,7 +84,11 @@ pub(super) fn float_cast(cast: Option<DType>) -> Result<Option<DType>> {
 
 /// The interpreter's view of a checkpoint: each param as it is declared,
 /// converted on the host when it is not stored as is.
-pub(super) fn param_value(checkpoint: &dyn Checkpoint, name: &str, ty: &TensorType) -> std::result::Result<Value, InterpError> {
+pub(super) fn param_value(
+    checkpoint: &dyn Checkpoint,
+    name: &str,
+    ty: &TensorType,
+) -> std::result::Result<Value, InterpError> {
     let fail = |message: String| InterpError::Param { name: name.to_string(), message };
     let stored = checkpoint.stored(name).map_err(|e| match e {
         ModelError::MissingTensor(_) => InterpError::MissingParam { name: name.to_string() },

@@ -653,7 +653,12 @@ pub fn vocab_size<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>) -> Result<usi
 
 /// `{arch}.{name}`, which defaults to `head_dim` and must equal it: kiln
 /// implements no other layout; `refusal` says what it would take.
-pub fn head_dim_only<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>, name: &str, head_dim: usize, refusal: &str) -> Result<()> {
+pub fn head_dim_only<D: AsRef<[u8]> + ?Sized>(
+    keys: &GgufKeys<'_, D>,
+    name: &str,
+    head_dim: usize,
+    refusal: &str,
+) -> Result<()> {
     let n = keys.int_or(name, head_dim)?;
     if n != head_dim {
         return Err(keys.error(name, n, refusal));

@@ -23,7 +23,10 @@ pub enum ModelError {
     UnknownArchitecture(String),
     /// The HF `config.json`'s `model_type` or `architectures[0]` is not a
     /// supported family or model class.
-    #[error("config.json: model_type \"{model_type}\" ({architecture}) is not supported; kiln exports {}", registry::hf_models())]
+    #[error(
+        "config.json: model_type \"{model_type}\" ({architecture}) is not supported; kiln exports {}",
+        registry::hf_models()
+    )]
     UnknownModelType {
         /// `model_type`.
         model_type: String,

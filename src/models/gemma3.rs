@@ -26,9 +26,9 @@
 //! (`query_pre_attn_scalar`, `layer_types`, each layer type's rope).
 
 use super::blocks::{Activation, Attention, AttentionConfig, BlockConfig, Positional, Stack};
-use super::hf::HfNames;
-use super::decoder::DecoderConfig;
 use super::config::{self, Dims, GgufKeys, RopeConfig};
+use super::decoder::DecoderConfig;
+use super::hf::HfNames;
 use super::{Checkpoint, Decoder, KvCache, ModelError, Result, Span};
 use crate::trace::nn::RopeScaling;
 use crate::trace::{Tensor, Tracer};

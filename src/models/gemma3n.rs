@@ -46,9 +46,9 @@
 use super::blocks::{
     last_row, merge_heads, split_heads, Activation, GatedFfn, Head, Layer, LayerCache, LayerKv, Positional,
 };
-use super::hf::HfNames;
-use super::decoder::DecoderConfig;
 use super::config::{self, Dims, GgufKeys, RopeConfig};
+use super::decoder::DecoderConfig;
+use super::hf::HfNames;
 use super::{linear_each, CacheSpec, Checkpoint, Decoder, KvCache, Logits, ModelError, Result, Span, Weight};
 use crate::graph::{ComparisonDirection, ReduceKind, TensorType};
 use crate::trace::nn::{attention, RopeScaling};

@@ -19,9 +19,9 @@
 use super::blocks::{
     add_bias, split_heads, Activation, Attention, AttentionConfig, BlockConfig, LayerCache, Positional, Stack,
 };
-use super::hf::HfNames;
-use super::decoder::DecoderConfig;
 use super::config::{self, Dims, GgufKeys, HfKeys, RopeConfig};
+use super::decoder::DecoderConfig;
+use super::hf::HfNames;
 use super::{linear_each, Checkpoint, Decoder, KvCache, ModelError, Result, Span};
 use crate::trace::nn::{Rope, RopeStyle};
 use crate::trace::{Tensor, Tracer};
@@ -642,8 +642,7 @@ mod tests {
             let config = crate::weights::hf_config::HfConfig::parse(&c.to_string()).unwrap();
             Family::from_hf(&config).map(|f| f.config::<Config>().cloned()).map_err(|e| e.to_string())
         };
-        let Ok(Some(c)) = hf(json!({"rope_scaling": null, "torch_dtype": "bfloat16", "use_cache": true}))
-        else {
+        let Ok(Some(c)) = hf(json!({"rope_scaling": null, "torch_dtype": "bfloat16", "use_cache": true})) else {
             panic!("a llama config")
         };
         assert_eq!((c.dims.head_dim, c.dims.head_count_kv, c.rope_style), (8, 2, RopeStyle::NeoX));

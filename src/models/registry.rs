@@ -16,6 +16,9 @@ use crate::weights::gguf::Gguf;
 use crate::weights::hf_config::HfConfig;
 use std::path::Path;
 
+/// Whether an HF checkpoint stores a tensor of this name.
+pub type Stores<'a> = &'a dyn Fn(&str) -> bool;
+
 /// A GGUF over any bytes (a memory map, a buffer): what a row's reader takes.
 pub type AnyGguf<'d> = Gguf<dyn AsRef<[u8]> + 'd>;
 
@@ -66,7 +69,7 @@ pub struct Row {
     /// Where an HF checkpoint of this family keeps its tensors (the
     /// GGUF-to-HF name tables and prefixes), from its config and whether
     /// it stores a tensor of a given name.
-    pub hf_names: fn(&HfConfig, &dyn Fn(&str) -> bool) -> HfNames,
+    pub hf_names: fn(&HfConfig, Stores<'_>) -> HfNames,
     /// Its config readers.
     pub reader: Reader,
 }
@@ -119,7 +122,10 @@ pub const FAMILIES: &[Row] = &[
         gguf: &["bert"],
         hf: &[HfModel { model_type: "bert", classes: &["BertModel", "BertForMaskedLM"], text_only: false }],
         hf_names: bert::hf_names,
-        reader: Reader::Encoder { gguf: |gguf, choice| bert::Config::from_gguf(gguf, choice), hf: bert::Config::from_hf },
+        reader: Reader::Encoder {
+            gguf: |gguf, choice| bert::Config::from_gguf(gguf, choice),
+            hf: bert::Config::from_hf,
+        },
     },
 ];
 

@@ -618,7 +618,6 @@ impl<D: AsRef<[u8]>> Gguf<D> {
 
         Ok(Gguf { path, data, version, alignment, data_offset, metadata, by_key, tensors, by_name })
     }
-
 }
 
 impl<D: AsRef<[u8]> + ?Sized> Gguf<D> {
