@@ -359,13 +359,6 @@ impl Config {
             false => (0..self.kv_layers()).rev().find(|&j| self.sliding[j] == self.sliding[i]),
         }
     }
-
-    /// The shared layers' key and value tensors, which llama.cpp's loader
-    /// requires and older checkpoints hold, though nothing reads them.
-    pub fn unread_tensors(&self) -> Vec<String> {
-        let names = ["attn_k.weight", "attn_v.weight", "attn_k_norm.weight"];
-        (self.kv_layers()..self.dims.block_count).flat_map(|i| names.map(|n| format!("blk.{i}.{n}"))).collect()
-    }
 }
 
 /// `Φ⁻¹(p)`, the standard normal quantile, to about 1e-9 (Acklam's
@@ -806,8 +799,11 @@ impl DecoderConfig for Config {
         "gemma3n"
     }
 
+    /// The shared layers' key and value tensors, which llama.cpp's loader
+    /// requires and older checkpoints hold, though nothing reads them.
     fn unread_tensors(&self) -> Vec<String> {
-        self.unread_tensors()
+        let names = ["attn_k.weight", "attn_v.weight", "attn_k_norm.weight"];
+        (self.kv_layers()..self.dims.block_count).flat_map(|i| names.map(|n| format!("blk.{i}.{n}"))).collect()
     }
 
     fn load<'t>(&self, t: &'t Tracer, weights: &dyn Checkpoint) -> Result<Box<dyn Decoder<'t> + 't>> {

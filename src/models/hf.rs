@@ -25,7 +25,8 @@ use crate::weights::WeightsError;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// The llama family's (llama, mistral) whole-model tensors: GGUF name, HF name.
+/// A decoder's whole-model tensors, as llama names them and the other
+/// families keep them: GGUF name, HF name.
 const LLAMA_NAMES: [(&str, &str); 3] = [
     ("token_embd.weight", "model.embed_tokens.weight"),
     ("output_norm.weight", "model.norm.weight"),
@@ -80,7 +81,7 @@ impl HfNames {
     /// it has a decoder's prefixes.
     fn of(config: &HfConfig, has: impl Fn(&str) -> bool) -> HfNames {
         match registry::by_model_type(&config.model_type) {
-            Some(row) => (row.hf_names)(config, &has),
+            Some((row, _)) => (row.hf_names)(config, &has),
             None => HfNames::DECODER,
         }
     }

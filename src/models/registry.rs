@@ -134,10 +134,10 @@ pub fn by_gguf_architecture(arch: &str) -> Result<&'static Row> {
     FAMILIES.iter().find(|row| row.gguf.contains(&arch)).ok_or_else(|| ModelError::UnknownArchitecture(arch.into()))
 }
 
-/// The row that reads `config`'s `model_type`, if one does: its HF tensor
-/// names, before the class is checked.
-pub fn by_model_type(model_type: &str) -> Option<&'static Row> {
-    FAMILIES.iter().find(|row| row.hf.iter().any(|m| m.model_type == model_type))
+/// The row that reads `model_type`, if one does (its HF tensor names,
+/// before the class is checked), with that model.
+pub fn by_model_type(model_type: &str) -> Option<(&'static Row, &'static HfModel)> {
+    FAMILIES.iter().flat_map(|row| row.hf.iter().map(move |m| (row, m))).find(|(_, m)| m.model_type == model_type)
 }
 
 /// The row that reads `config`: its `model_type`, and `architectures[0]`
@@ -150,8 +150,7 @@ pub fn by_hf(config: &HfConfig) -> Result<&'static Row> {
             None => "no architectures".into(),
         },
     };
-    let row = by_model_type(&config.model_type).ok_or_else(unknown)?;
-    let model = row.hf.iter().find(|m| m.model_type == config.model_type).expect("by_model_type found it");
+    let (row, model) = by_model_type(&config.model_type).ok_or_else(unknown)?;
     // A head other than the one kiln computes (`LlamaForSequenceClassification`) is another model.
     if config.architectures.first().is_some_and(|a| !model.classes.contains(&a.as_str())) {
         return Err(unknown());
