@@ -47,12 +47,12 @@ impl HfConfig {
         Ok(HfConfig { model_type, architectures, keys })
     }
 
-    /// The text model's keys: `text_config` of a multimodal wrapper
-    /// (`model_type` gemma3), else the whole file.
+    /// The text model's keys: a multimodal wrapper's `text_config`
+    /// (Gemma 3's, Gemma 3n's), else the whole file.
     pub fn text_keys(&self) -> Option<&Map<String, Value>> {
-        match self.model_type.as_str() {
-            "gemma3" => self.keys.get("text_config").and_then(Value::as_object),
-            _ => Some(&self.keys),
+        match self.keys.get("text_config") {
+            Some(text) => text.as_object(),
+            None => Some(&self.keys),
         }
     }
 
@@ -105,5 +105,19 @@ mod tests {
         // Gemma 3n's per-layer list parses: its model_type is what gets refused.
         let c = HfConfig::parse(r#"{"model_type": "gemma3n_text", "intermediate_size": [8, 8]}"#).unwrap();
         assert_eq!(c.model_type, "gemma3n_text");
+    }
+
+    #[test]
+    fn a_wrappers_text_keys_are_its_text_config() {
+        let keys = |text: &str| {
+            let c = HfConfig::parse(text).unwrap();
+            c.text_keys().and_then(|k| k.get("max_position_embeddings")).and_then(Value::as_u64)
+        };
+        let wrapper = r#"{"max_position_embeddings": 9, "text_config": {"max_position_embeddings": 64}}"#;
+        for model_type in ["gemma3", "gemma3n"] {
+            let text = format!(r#"{{"model_type": "{model_type}", {}"#, &wrapper[1..]);
+            assert_eq!(keys(&text), Some(64), "{model_type}");
+        }
+        assert_eq!(keys(r#"{"model_type": "llama", "max_position_embeddings": 9}"#), Some(9));
     }
 }
