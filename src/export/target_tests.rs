@@ -11,25 +11,9 @@ const GPUS: [&str; 3] = ["rocm:gfx942", "cuda:sm_80", "vulkan:rdna3"];
 
 /// What IREE 3.13 fails on, asserted so that a fix shows: (export, target,
 /// a line of the error).
-/// - Vulkan: a dense embedding's rows gathered in `prefill` fuse into the
-///   first norm, and the row index crosses its reduction: SPIR-V has no
-///   workgroup buffer of `index` (a barrier on the rows cannot hold their
-///   run-time count in 3.13). Packed rows (`--packed keep`) are dequantized
-///   in between, and compile.
-/// - Vulkan: BERT's embeddings (gathered rows plus positions) fuse into the
-///   first layer norm's mean, taken as a product
-///   (`models::bert::layer_norm_by_products`), whose dispatch then stores
-///   outside a distributed context. As reductions it compiles for Vulkan,
-///   but the host then puts the gathered rows of a tile on the stack, past
-///   its 32 KiB limit (70 KiB at hidden 384).
 /// - CUDA: one of gemma3n's dispatches (`'func.func' op failed to
 ///   distribute`); gfx942 compiles it.
-const KNOWN_FAILURES: [(&str, &str, &str); 4] = [
-    ("bert", "vulkan:rdna3", "restricted to workgroup distributed contexts"),
-    ("llama-q8_0-dequantize", "vulkan:rdna3", "memref<1xindex, #spirv.storage_class<Workgroup>>"),
-    ("gemma3n", "vulkan:rdna3", "memref<1xindex, #spirv.storage_class<Workgroup>>"),
-    ("gemma3n", "cuda:sm_80", "'func.func' op failed to distribute"),
-];
+const KNOWN_FAILURES: [(&str, &str, &str); 1] = [("gemma3n", "cuda:sm_80", "'func.func' op failed to distribute")];
 
 /// Every export compiles for every target but the known failures, which
 /// fail as known. Per export, one iree-compile builds a module with a

@@ -309,26 +309,6 @@ impl<'t> Norm<'t> {
     }
 }
 
-/// [`Norm::forward`] with the mean and the variance taken as products
-/// with `1/n` rather than reductions: iree-compile 3.13 fuses the
-/// embeddings' gathers into a reduction's dispatch with a stack buffer per
-/// row, past its 32 KiB limit at hidden 384, but keeps them out of a
-/// product. The same equation, summed in another order.
-fn layer_norm_by_products<'t>(x: &Tensor<'t>, norm: &Norm<'t>, eps: f64) -> Result<Tensor<'t>> {
-    let t = x.tracer();
-    let last = x.ty.rank() - 1;
-    let n = x.ty.shape[last];
-    // `[n, n]` of `1/n`: every column of the product is the row's mean,
-    // already broadcast (a `[1, n]` product's unit dim IREE reshapes badly).
-    let average = t.constant(1.0 / n as f64, TensorType::new([n, n], DType::F32))?;
-    let mean = |y: &Tensor<'t>| -> Result<Tensor<'t>> { Ok(y.linear(&average)?) };
-    let centered = x.subtract(&mean(x)?)?;
-    let variance = mean(&centered.multiply(&centered)?)?;
-    let y = centered.multiply(&variance.add(&t.constant(eps, variance.ty.clone())?)?.rsqrt()?)?;
-    let last_dim = |v: &Tensor<'t>| v.broadcast_in_dim(&y.ty.shape, &[last]);
-    Ok(y.multiply(&last_dim(&norm.0)?)?.add(&last_dim(&norm.1)?)?)
-}
-
 /// A projection with its bias: `x · Wᵀ + b`.
 struct Linear<'t>(Weight<'t>, Tensor<'t>);
 
@@ -460,12 +440,12 @@ impl<'t> Bert<'t> {
         let zero = t.constant(0.0, TensorType::new([1], DType::I32))?;
         let token_type = self.token_types.rows(&zero)?.reshape(&[c.hidden])?.broadcast_in_dim(&shape, &[2])?;
         let x = self.token_embd.rows(ids)?.add(&position)?.add(&token_type)?;
-        let mut x = layer_norm_by_products(&x, &self.token_embd_norm, c.eps)?;
+        let mut x = self.token_embd_norm.forward(&x, c.eps)?;
         let keys = mask.compare(Cmp::Ne, &t.constant(0.0, mask.ty.clone())?)?;
         for block in &self.blocks {
             x = block.forward(&x, &keys, c)?;
         }
-        let pooled = self.pool(&x, &keys)?;
+        let pooled = self.pool(&x, mask)?;
         if !c.normalize {
             return Ok(pooled);
         }
@@ -475,39 +455,39 @@ impl<'t> Bert<'t> {
         Ok(pooled.divide(&norm.broadcast_in_dim(&pooled.ty.shape, &[0])?)?)
     }
 
-    /// `x [B, T, hidden]` pooled over the tokens `keys [B, T]` keeps, as
-    /// sentence-transformers' Pooling: `Σₜ w[b,t]·x[b,t]` with weights `w`
-    /// that sum to 1, the mask over `max(Σ m, 1e-9)` for the mean, the
-    /// first token for CLS, the last kept one for last.
+    /// `x [B, T, hidden]` pooled over the tokens of `mask [B, T]` (i32, 1
+    /// on a token), as sentence-transformers' Pooling: `Σₜ m[b,t]·x[b,t] /
+    /// max(Σₜ m, 1e-9)` with `m` the mask for the mean, the first token for
+    /// CLS, the last masked-in one for last.
     ///
-    /// Laid out as attention's `probs · v`, which iree-compile 3.13
-    /// compiles: the weights are normalized by a reduction over `[B, T, T]`
-    /// (every row the same) and multiplied with `x`, and row 0 is kept. A
-    /// product of one row contracting the `?` tokens, or a reduction over
-    /// them, it vectorizes at `?` size and fails ("large vector sizes");
-    /// the extra rows cost `T²·hidden` per sentence, under 1% of the
-    /// blocks' products at 128 tokens.
-    fn pool(&self, x: &Tensor<'t>, keys: &Tensor<'t>) -> Result<Tensor<'t>> {
+    /// The sum is a reduction of the chosen rows (a `select`), not a
+    /// product: iree-compile 3.13 data-tiles a product contracting the `?`
+    /// tokens with the last layer norm fused into its packing, and refuses
+    /// that ("large vector sizes"). The choice is f32 up to the select,
+    /// compared there, and read from the i32 mask rather than attention's
+    /// `i1` keys: an `i1` tensor between dispatches is one Vulkan cannot
+    /// store ("failed to emulate bit width").
+    fn pool(&self, x: &Tensor<'t>, mask: &Tensor<'t>) -> Result<Tensor<'t>> {
         let t = x.tracer();
         let (b, len, h) = (x.ty.shape[0], x.ty.shape[1], x.ty.shape[2]);
         let rows = TensorType::new([b, len], DType::F32);
         let (one, zero) = (t.constant(1.0, rows.clone())?, t.constant(0.0, rows.clone())?);
         let index = t.iota(1, rows.with_dtype(DType::I32))?;
+        let kept = mask.convert(DType::F32)?;
         let chosen = match self.config.pooling {
-            Pooling::Mean => keys.clone(),
-            Pooling::Cls => index.compare(Cmp::Eq, &t.constant(0.0, index.ty.clone())?)?,
+            Pooling::Mean => kept,
+            Pooling::Cls => index.compare(Cmp::Eq, &t.constant(0.0, index.ty.clone())?)?.select(&one, &zero)?,
             Pooling::Last => {
-                let counted = keys.select(&t.constant(1.0, index.ty.clone())?, &t.constant(0.0, index.ty.clone())?)?;
-                let last = counted.reduce(ReduceKind::Sum, &[1])?;
-                let last = last.subtract(&t.constant(1.0, last.ty.clone())?)?;
-                index.compare(Cmp::Eq, &last.broadcast_in_dim(&rows.shape, &[0])?)?
+                let last = kept.reduce(ReduceKind::Sum, &[1])?;
+                let last = last.subtract(&t.constant(1.0, last.ty.clone())?)?.convert(DType::I32)?;
+                index.compare(Cmp::Eq, &last.broadcast_in_dim(&rows.shape, &[0])?)?.select(&one, &zero)?
             }
         };
-        let count = chosen.select(&one, &zero)?.reduce(ReduceKind::Sum, &[1])?;
+        let count = chosen.reduce(ReduceKind::Sum, &[1])?;
         let count = count.maximum(&t.constant(1e-9, count.ty.clone())?)?;
-        let shape = [b, len, h];
-        let kept = chosen.broadcast_in_dim(&shape, &[0, 1])?.select(x, &t.constant(0.0, x.ty.clone())?)?;
-        let sum = kept.reduce(ReduceKind::Sum, &[1])?;
+        let chosen = chosen.broadcast_in_dim(&[b, len, h], &[0, 1])?;
+        let chosen = chosen.compare(Cmp::Gt, &t.constant(0.5, chosen.ty.clone())?)?;
+        let sum = chosen.select(x, &t.constant(0.0, x.ty.clone())?)?.reduce(ReduceKind::Sum, &[1])?;
         Ok(sum.divide(&count.broadcast_in_dim(&sum.ty.shape, &[0])?)?)
     }
 }

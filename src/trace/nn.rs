@@ -57,9 +57,25 @@ fn keep_dim<'t>(reduced: &Tensor<'t>, full: &TensorType, dim: usize) -> Result<T
 
 /// `mean(x, dim)` with the dim dropped.
 fn mean<'t>(x: &Tensor<'t>, dim: usize) -> Result<Tensor<'t>> {
-    let sum = x.reduce(ReduceKind::Sum, &[dim])?;
-    sum.divide(&splat(&sum, x.ty.shape[dim] as f64)?)
+    let n = x.ty.shape[dim];
+    let sum = match dim + 1 == x.ty.rank() && n > SUM_RUN && n % SUM_RUN == 0 {
+        // Runs of SUM_RUN, then their sums: in one reduction over the row,
+        // IREE 3.13's Vulkan codegen shares a gathered row's index through
+        // workgroup memory, which SPIR-V cannot hold (an embedding's rows
+        // fused into the first norm).
+        true => {
+            let mut runs = x.ty.shape.clone();
+            runs[dim] = n / SUM_RUN;
+            runs.push(SUM_RUN);
+            x.reshape(&runs)?.reduce(ReduceKind::Sum, &[dim + 1])?.reduce(ReduceKind::Sum, &[dim])?
+        }
+        false => x.reduce(ReduceKind::Sum, &[dim])?,
+    };
+    sum.divide(&splat(&sum, n as f64)?)
 }
+
+/// Elements a row's sum adds up at a time ([`mean`]).
+const SUM_RUN: usize = 16;
 
 fn require_float(op: &'static str, x: &Tensor<'_>) -> Result<()> {
     if !x.ty.dtype.is_float() {
@@ -844,11 +860,19 @@ type Example = for<'t> fn(&'t Tracer) -> Result<Vec<Tensor<'t>>>;
 /// One small traced graph per composite, for `kiln example NAME` and the
 /// lit tests that FileCheck their lowering and check them against IREE.
 pub fn examples() -> Vec<(&'static str, Graph)> {
-    let list: [(&'static str, Example); 14] = [
+    let list: [(&'static str, Example); 15] = [
         ("rms_norm", |t| {
             let x = t.input("x", f32_type(&[3, 8]))?;
             let w = t.param("norm.weight", f32_type(&[8]))?;
             Ok(vec![x.rms_norm(Some(&w), 1e-6)?])
+        }),
+        // A prompt's embeddings into the first norm, whose rows are summed
+        // in runs of 16 ([`mean`]).
+        ("rms_norm_of_rows", |t| {
+            let ids = t.input("ids", TensorType::new([DYNAMIC], DType::I32))?;
+            let table = t.param("token_embd.weight", f32_type(&[16, 64]))?;
+            let w = t.param("norm.weight", f32_type(&[64]))?;
+            Ok(vec![table.gather(&ids)?.rms_norm(Some(&w), 1e-6)?])
         }),
         ("layer_norm", |t| {
             let x = t.input("x", f32_type(&[3, 8]))?;
@@ -1373,6 +1397,7 @@ mod tests {
             names,
             [
                 "rms_norm",
+                "rms_norm_of_rows",
                 "layer_norm",
                 "softmax",
                 "silu",
