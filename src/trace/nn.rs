@@ -58,11 +58,13 @@ fn keep_dim<'t>(reduced: &Tensor<'t>, full: &TensorType, dim: usize) -> Result<T
 /// `mean(x, dim)` with the dim dropped.
 fn mean<'t>(x: &Tensor<'t>, dim: usize) -> Result<Tensor<'t>> {
     let n = x.ty.shape[dim];
-    let sum = match dim + 1 == x.ty.rank() && n > SUM_RUN && n % SUM_RUN == 0 {
+    let sum = match dim + 1 == x.ty.rank() && n >= 4 * SUM_RUN && n % SUM_RUN == 0 {
         // Runs of SUM_RUN, then their sums: in one reduction over the row,
         // IREE 3.13's Vulkan codegen shares a gathered row's index through
         // workgroup memory, which SPIR-V cannot hold (an embedding's rows
-        // fused into the first norm).
+        // fused into the first norm). Rows under 64 keep one reduction: the
+        // host's codegen fused a tiny model's packed rows (hidden 32, Q8_0
+        // kept) into a product's packing past its vector limit with runs.
         true => {
             let mut runs = x.ty.shape.clone();
             runs[dim] = n / SUM_RUN;
