@@ -58,7 +58,7 @@ fn keep_dim<'t>(reduced: &Tensor<'t>, full: &TensorType, dim: usize) -> Result<T
 /// `mean(x, dim)` with the dim dropped.
 fn mean<'t>(x: &Tensor<'t>, dim: usize) -> Result<Tensor<'t>> {
     let n = x.ty.shape[dim];
-    let sum = match dim + 1 == x.ty.rank() && n >= 4 * SUM_RUN && n % SUM_RUN == 0 {
+    let sum = match dim + 1 == x.ty.rank() && n >= 4 * SUM_RUN && n.is_multiple_of(SUM_RUN) {
         // Runs of SUM_RUN, then their sums: in one reduction over the row,
         // IREE 3.13's Vulkan codegen shares a gathered row's index through
         // workgroup memory, which SPIR-V cannot hold (an embedding's rows
