@@ -45,7 +45,7 @@ impl RowLoop<'_> {
     /// The public function's input types and its output type: the row
     /// graphs' with the row dim `?`. Fails unless the graphs take the same
     /// inputs and return one value, all leading with their row count, which
-    /// falls to 1.
+    /// falls to 1, the output's other dims static (a row's size).
     fn signature(&self) -> Result<(Vec<TensorType>, TensorType), LowerError> {
         let types = |graph: &Graph| -> Vec<TensorType> {
             graph.inputs().iter().chain(graph.outputs()).map(|&v| graph.node(v).ty.clone()).collect()
@@ -65,13 +65,14 @@ impl RowLoop<'_> {
                 && tys.iter().zip(&first).all(|(a, b)| a.rank() > 0 && a.shape[0] == rows && any_rows(a) == any_rows(b))
         };
         let descending = rows.windows(2).all(|w| w[0] > w[1]) && rows.last() == Some(&1);
-        if !descending || !self.graphs.iter().zip(&rows).all(|(g, &r)| fits(g, r)) {
+        let static_row = first.last().is_some_and(|out| out.rank() > 0 && !out.shape[1..].contains(&DYNAMIC));
+        if !descending || !static_row || !self.graphs.iter().zip(&rows).all(|(g, &r)| fits(g, r)) {
             let names: Vec<&str> = self.graphs.iter().map(|g| g.name.as_str()).collect();
             return Err(LowerError::Node {
                 node: self.name.to_string(),
                 op: "row loop",
                 message: format!(
-                    "row graphs {names:?} must take the same inputs and return one value, each leading with its rows, which fall to 1 (got {rows:?})"
+                    "row graphs {names:?} must take the same inputs and return one value of static rows, each leading with its rows, which fall to 1 (got {rows:?})"
                 ),
                 diagnostics: vec![],
             });
@@ -261,4 +262,47 @@ fn vector<'c, 'a>(e: &Emitter<'c, 'a>, scalars: &[Value<'c, 'a>]) -> Result<Valu
     let ty = tensor_type(ctx, &TensorType::new([scalars.len()], DType::I32));
     let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), 0);
     e.emit(stablehlo::concatenate(ctx, ty, &pieces, dim.into(), e.loc()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lower::{LowerOptions, ParamInits};
+    use crate::trace::Tracer;
+
+    /// `f_ROWS(x: tensor<ROWSx?xf32>) -> tensor<ROWSxOUTxf32>`: each row's sum,
+    /// broadcast to `out` (`?` for a row of the run-time size).
+    fn row_graph(rows: usize, out: usize) -> Graph {
+        let t = Tracer::new(&format!("f_{rows}"));
+        let x = t.input("x", TensorType::new([rows, DYNAMIC], DType::F32)).unwrap();
+        let sum = x.reduce(crate::graph::ReduceKind::Sum, &[1]).unwrap();
+        let y = sum.broadcast_in_dim(&[rows, out], &[0]).unwrap();
+        t.finish(&[&y]).unwrap()
+    }
+
+    #[test]
+    fn row_graphs_make_one_entry_point_over_any_rows() {
+        let (four, one) = (row_graph(4, 3), row_graph(1, 3));
+        let session = Session::new();
+        let spec = RowLoop { name: "f", graphs: vec![&four, &one] };
+        let module = session.lower_rows(&spec, &LowerOptions::default(), &ParamInits::default()).unwrap();
+        let text = crate::lower::print(&module).unwrap();
+        assert!(text.contains("func.func @f(%arg0: tensor<?x?xf32>) -> tensor<?x3xf32>"), "{text}");
+        assert!(text.contains("func.func private @f_4(") && text.contains("func.func private @f_1("), "{text}");
+        assert_eq!(text.matches("\"stablehlo.while\"").count(), 2, "{text}");
+    }
+
+    #[test]
+    fn row_graphs_that_do_not_fall_to_one_row_or_return_a_dynamic_row_are_refused() {
+        let session = Session::new();
+        let (four, two, one) = (row_graph(4, 3), row_graph(2, 3), row_graph(1, 3));
+        let (dynamic_two, dynamic_one) = (row_graph(2, DYNAMIC), row_graph(1, DYNAMIC));
+        for graphs in
+            [vec![&four, &two], vec![&one, &four], vec![&four, &dynamic_one], vec![&dynamic_two, &dynamic_one], vec![]]
+        {
+            let spec = RowLoop { name: "f", graphs };
+            let err = session.lower_rows(&spec, &LowerOptions::default(), &ParamInits::default()).unwrap_err();
+            assert!(err.to_string().contains("fall to 1"), "{err}");
+        }
+    }
 }
