@@ -8,6 +8,7 @@
 //! [`super::config::Dims`].
 
 use super::config::{Dims, RopeConfig};
+use super::moe::{Moe, MoeConfig};
 use super::{linear_each, streamed_together, Checkpoint, Keys, KvCache, Logits, ModelError, Result, Span, Weight};
 use crate::graph::{DType, ReduceKind, TensorType, DYNAMIC};
 use crate::trace::nn::{attention, causal_mask, sliding_window_mask, Rope, RopeStyle, Rotation};
@@ -373,6 +374,15 @@ pub(crate) struct BlockConfig {
     /// Each sub-layer's output is normed too, before the residual add
     /// (Gemma's `post_attention_norm`, `post_ffw_norm`).
     pub post_norms: bool,
+    /// The feed-forward is a mixture of experts ([`Moe`], SwiGLU experts)
+    /// in place of the dense one.
+    pub experts: Option<MoeConfig>,
+}
+
+/// A block's feed-forward: dense, or a mixture of experts.
+enum Ffn<'t> {
+    Dense(GatedFfn<'t>),
+    Experts(Moe<'t>),
 }
 
 /// One decoder block, each sub-layer normed on the way in (and with
@@ -387,7 +397,7 @@ struct Block<'t> {
     attend: Attend<'t>,
     post_attention_norm: Option<Tensor<'t>>,
     ffn_norm: Tensor<'t>,
-    ffn: GatedFfn<'t>,
+    ffn: Ffn<'t>,
     post_ffw_norm: Option<Tensor<'t>>,
     eps: f64,
 }
@@ -403,7 +413,10 @@ impl<'t> Block<'t> {
             attend,
             post_attention_norm: post_norm("post_attention_norm")?,
             ffn_norm: l.norm("ffn_norm", hidden)?,
-            ffn: GatedFfn::load(l, hidden, c.feed_forward_length, c.activation)?,
+            ffn: match c.experts {
+                Some(experts) => Ffn::Experts(Moe::load(l, hidden, experts)?),
+                None => Ffn::Dense(GatedFfn::load(l, hidden, c.feed_forward_length, c.activation)?),
+            },
             post_ffw_norm: post_norm("post_ffw_norm")?,
             eps: c.attention.eps,
         })
@@ -417,7 +430,11 @@ impl<'t> Block<'t> {
         };
         let attn = (self.attend)(&self.attn, &x.rms_norm(Some(&self.attn_norm), self.eps)?, at, cache)?;
         let x = x.add(&norm(&attn, &self.post_attention_norm)?)?;
-        let ffn = self.ffn.forward(&x.rms_norm(Some(&self.ffn_norm), self.eps)?)?;
+        let h = x.rms_norm(Some(&self.ffn_norm), self.eps)?;
+        let ffn = match &self.ffn {
+            Ffn::Dense(ffn) => ffn.forward(&h)?,
+            Ffn::Experts(moe) => moe.forward(&h)?,
+        };
         Ok(x.add(&norm(&ffn, &self.post_ffw_norm)?)?)
     }
 }
@@ -473,19 +490,19 @@ pub(crate) struct Stack<'t> {
 }
 
 impl<'t> Stack<'t> {
-    /// `dims.block_count` blocks shaped by `block`, their attention run by
-    /// `attend`; `norm_adds_one` as for [`Layer`].
+    /// `dims.block_count` blocks, block `i` shaped by `block(i)`, their
+    /// attention run by `attend`; `norm_adds_one` as for [`Layer`].
     pub fn load(
         t: &'t Tracer,
         weights: &dyn Checkpoint,
         dims: &Dims,
-        block: &BlockConfig,
+        block: &dyn Fn(usize) -> BlockConfig,
         attend: Attend<'t>,
         norm_adds_one: bool,
     ) -> Result<Self> {
         let token_embd = weights.load(t, "token_embd.weight", &[dims.vocab_size, dims.embedding_length])?;
         let blocks =
-            (0..dims.block_count).map(|i| Block::load(&Layer::new(t, weights, i, norm_adds_one), block, attend));
+            (0..dims.block_count).map(|i| Block::load(&Layer::new(t, weights, i, norm_adds_one), &block(i), attend));
         let blocks = blocks.collect::<Result<Vec<_>>>()?;
         let head = Head::load(t, weights, &token_embd, dims.rms_norm_eps, norm_adds_one)?;
         Ok(Stack { token_embd, blocks, head })

@@ -324,6 +324,29 @@ impl<'t> Weight<'t> {
             })
             .collect()
     }
+
+    /// Matrix `index` (a scalar integer known at run time) of this `[n,
+    /// rows, cols]` stack, as a `[rows, cols]` weight: a dynamic slice of
+    /// the one param, so a product over it reads that matrix's bytes only
+    /// (a packed stack's matrices are contiguous runs of whole blocks, as
+    /// in GGUF's `ffn_*_exps`).
+    pub fn select(&self, index: &Tensor<'t>) -> Result<Weight<'t>> {
+        let [n, rows, cols] = self.shape[..] else {
+            return Err(ModelError::Config(format!(
+                "{}: select() needs a stack of matrices, found shape {:?}",
+                self.name, self.shape
+            )));
+        };
+        let zero = index.tracer().constant(0.0, index.ty.clone())?;
+        let raw = match self.packed {
+            Some(_) => {
+                let len = self.raw.ty.shape[0] / n;
+                self.raw.reshape(&[n, len])?.dynamic_slice(&[index, &zero], &[1, len])?.reshape(&[len])?
+            }
+            None => self.raw.dynamic_slice(&[index, &zero, &zero], &[1, rows, cols])?.reshape(&[rows, cols])?,
+        };
+        Ok(Weight { name: format!("{}[?]", self.name), raw, packed: self.packed, shape: vec![rows, cols] })
+    }
 }
 
 /// Whether [`linear_each`] makes one `packed_matvec` of `weights` times `x`:

@@ -270,7 +270,7 @@ impl Config {
         let (value_length, scale) = (self.value_length, self.attention_scale);
         let attention = AttentionConfig { value_length, scale, qk_norm: true, ..AttentionConfig::of(&self.dims) };
         let feed_forward_length = self.feed_forward_length;
-        BlockConfig { attention, feed_forward_length, activation: Activation::GeluTanh, post_norms: true }
+        BlockConfig { attention, feed_forward_length, activation: Activation::GeluTanh, post_norms: true, experts: None }
     }
 }
 
@@ -285,7 +285,7 @@ pub struct Gemma3<'t> {
 impl<'t> Gemma3<'t> {
     /// Declares every weight in `t`, checking each shape against `c`.
     pub fn load(t: &'t Tracer, c: &Config, weights: &dyn Checkpoint) -> Result<Self> {
-        let stack = Stack::load(t, weights, &c.dims, &c.block(), Attention::forward, c.norm_adds_one)?;
+        let stack = Stack::load(t, weights, &c.dims, &|_| c.block(), Attention::forward, c.norm_adds_one)?;
         Ok(Gemma3 { config: c.clone(), stack })
     }
 }

@@ -22,6 +22,7 @@ use super::blocks::{
 use super::config::{self, Dims, GgufKeys, HfKeys, RopeConfig};
 use super::decoder::DecoderConfig;
 use super::hf::HfNames;
+use super::moe::MoeConfig;
 use super::{linear_each, Checkpoint, Decoder, KvCache, ModelError, Result, Span};
 use crate::trace::nn::{Rope, RopeStyle};
 use crate::trace::{Tensor, Tracer};
@@ -55,7 +56,15 @@ pub struct Config {
     pub qkv_bias: bool,
     /// Qwen3: each query and key head is RMS-normed before RoPE.
     pub qk_norm: bool,
-    /// `general.architecture` or `model_type`: llama, mistral, qwen2, qwen3.
+    /// Qwen3-MoE: the feed-forward of the layers not in `dense_layers` is
+    /// a mixture of experts.
+    pub experts: Option<MoeConfig>,
+    /// The layers whose feed-forward stays dense (`feed_forward_length`
+    /// wide) in a mixture-of-experts model: HF's `mlp_only_layers`, and
+    /// those off `decoder_sparse_step`.
+    pub dense_layers: Vec<usize>,
+    /// `general.architecture` or `model_type`: llama, mistral, qwen2,
+    /// qwen3, qwen3moe (qwen3_moe).
     pub architecture: String,
 }
 
@@ -67,11 +76,17 @@ impl Config {
         let arch = keys.arch.clone();
         let rope_style = match arch.as_str() {
             "llama" => RopeStyle::Interleaved,
-            "qwen2" | "qwen3" => RopeStyle::NeoX,
+            "qwen2" | "qwen3" | "qwen3moe" => RopeStyle::NeoX,
             _ => return Err(ModelError::UnknownArchitecture(arch)),
         };
         keys.ignore(&["context_length"]);
-        config::refuse_experts(&keys)?;
+        let experts = match arch.as_str() {
+            "qwen3moe" => Some(experts_from_gguf(&keys)?),
+            _ => {
+                config::refuse_experts(&keys)?;
+                None
+            }
+        };
         let embedding_length = keys.count("embedding_length")?;
         let head_count = keys.count("attention.head_count")?;
         let head_count_kv = keys.int_or("attention.head_count_kv", head_count)?;
@@ -114,7 +129,9 @@ impl Config {
             rope_style,
             sliding_window: None,
             qkv_bias: arch == "qwen2",
-            qk_norm: arch == "qwen3",
+            qk_norm: matches!(arch.as_str(), "qwen3" | "qwen3moe"),
+            experts,
+            dense_layers: vec![],
             architecture: arch,
         };
         keys.finish()?;
@@ -127,7 +144,7 @@ impl Config {
     /// activation, ...) is refused, never ignored.
     pub fn from_hf(hf: &HfConfig) -> Result<Config> {
         let model_type = hf.model_type.as_str();
-        if !matches!(model_type, "llama" | "mistral" | "qwen2" | "qwen3") {
+        if !matches!(model_type, "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe") {
             return Err(ModelError::UnknownModelType { model_type: model_type.into(), architecture: String::new() });
         }
         let keys = HfKeys::new("config.json", model_type, &hf.keys);
@@ -162,12 +179,17 @@ impl Config {
         keys.fixed("rope_interleaved", "false", "transformers rotates halves whatever this says")?;
         let sliding_window = match model_type {
             "mistral" => keys.get("sliding_window")?,
-            "qwen2" | "qwen3" => qwen_sliding_window(&keys)?,
+            "qwen2" | "qwen3" | "qwen3_moe" => qwen_sliding_window(&keys)?,
             _ => None,
+        };
+        let block_count = keys.count("num_hidden_layers")?;
+        let (experts, dense_layers) = match model_type {
+            "qwen3_moe" => experts_from_hf(&keys, block_count)?,
+            _ => (None, vec![]),
         };
         let config = Config {
             dims: Dims {
-                block_count: keys.count("num_hidden_layers")?,
+                block_count,
                 embedding_length: hidden,
                 head_count: heads,
                 head_count_kv: kv_heads,
@@ -180,7 +202,9 @@ impl Config {
             rope_style: RopeStyle::NeoX,
             sliding_window,
             qkv_bias: model_type == "qwen2",
-            qk_norm: model_type == "qwen3",
+            qk_norm: matches!(model_type, "qwen3" | "qwen3_moe"),
+            experts,
+            dense_layers,
             architecture: model_type.to_string(),
         };
         // Read by SafetensorsWeights, through HfConfig::tie_word_embeddings.
@@ -199,6 +223,55 @@ impl Config {
         }
         Ok(self)
     }
+}
+
+/// Qwen3-MoE's GGUF expert keys. llama.cpp's `qwen3moe` graph divides the
+/// chosen experts' probabilities by their sum whatever the source's
+/// `norm_topk_prob` was (`norm_w` hard-coded), and has no shared expert.
+fn experts_from_gguf<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>) -> Result<MoeConfig> {
+    let experts = keys.count("expert_count")?;
+    let used = keys.count("expert_used_count")?;
+    if used > experts {
+        return Err(keys.error("expert_used_count", used, format!("is more than expert_count {experts}")));
+    }
+    let shared = keys.int_or("expert_shared_count", 0)?;
+    if shared > 0 {
+        return Err(keys.error("expert_shared_count", shared, "kiln's qwen3moe has no shared experts"));
+    }
+    keys.fixed("expert_gating_func", 1.0, "softmax over the router's logits")?;
+    keys.fixed("expert_weights_scale", 1.0, "the chosen experts' weights unscaled")?;
+    let feed_forward_length = keys.count("expert_feed_forward_length")?;
+    Ok(MoeConfig { experts, used, feed_forward_length, norm_topk: true })
+}
+
+/// Qwen3-MoE's `config.json` expert keys: the experts, and the layers
+/// whose MLP stays dense (in `mlp_only_layers`, or off every
+/// `decoder_sparse_step`-th layer; transformers' `Qwen3MoeDecoderLayer`).
+fn experts_from_hf(keys: &HfKeys<'_>, block_count: usize) -> Result<(Option<MoeConfig>, Vec<usize>)> {
+    // transformers 5 writes `num_local_experts`, checkpoints `num_experts`.
+    let experts = match keys.has("num_local_experts") {
+        true => keys.count("num_local_experts")?,
+        false => keys.count("num_experts")?,
+    };
+    let used = keys.count("num_experts_per_tok")?;
+    if used > experts {
+        return Err(keys.error("num_experts_per_tok", &used.into(), format!("is more than the {experts} experts")));
+    }
+    let step = keys.count_or("decoder_sparse_step", 1)?;
+    let mlp_only: Vec<usize> = keys.or("mlp_only_layers", vec![])?;
+    if let Some(&i) = mlp_only.iter().find(|&&i| i >= block_count) {
+        return Err(keys.error("mlp_only_layers", &i.into(), format!("is not a layer of {block_count}")));
+    }
+    let dense_layers = (0..block_count).filter(|i| mlp_only.contains(i) || !(i + 1).is_multiple_of(step)).collect();
+    let c = MoeConfig {
+        experts,
+        used,
+        feed_forward_length: keys.count("moe_intermediate_size")?,
+        norm_topk: keys.or("norm_topk_prob", false)?,
+    };
+    // Training only: the router's auxiliary loss.
+    keys.ignore(&["output_router_logits", "router_aux_loss_coef"]);
+    Ok((Some(c), dense_layers))
 }
 
 /// Qwen2/Qwen3's window: `sliding_window` only with `use_sliding_window`,
@@ -233,12 +306,14 @@ fn qwen_sliding_window(keys: &HfKeys<'_>) -> Result<Option<usize>> {
 impl Config {
     /// Every block: pre-norm, SwiGLU, attention scaled by `1/√head_dim`
     /// with Qwen2's biases and Qwen3's per-head norms where the
-    /// architecture has them.
-    fn block(&self) -> BlockConfig {
+    /// architecture has them. Block `i`'s feed-forward is Qwen3-MoE's mixture of experts unless
+    /// it is one of the dense layers.
+    fn block(&self, i: usize) -> BlockConfig {
         let attention =
             AttentionConfig { qkv_bias: self.qkv_bias, qk_norm: self.qk_norm, ..AttentionConfig::of(&self.dims) };
         let feed_forward_length = self.feed_forward_length;
-        BlockConfig { attention, feed_forward_length, activation: Activation::Silu, post_norms: false }
+        let experts = self.experts.filter(|_| !self.dense_layers.contains(&i));
+        BlockConfig { attention, feed_forward_length, activation: Activation::Silu, post_norms: false, experts }
     }
 }
 
@@ -279,7 +354,7 @@ pub struct Llama<'t> {
 impl<'t> Llama<'t> {
     /// Declares every weight in `t`, checking each shape against `c`.
     pub fn load(t: &'t Tracer, c: &Config, weights: &dyn Checkpoint) -> Result<Self> {
-        let stack = Stack::load(t, weights, &c.dims, &c.block(), attention, false)?;
+        let stack = Stack::load(t, weights, &c.dims, &|i| c.block(i), attention, false)?;
         let rope_freqs = match weights.contains(ROPE_FREQS) {
             true => Some(weights.load(t, ROPE_FREQS, &[c.dims.head_dim / 2])?.f32()?),
             false => None,

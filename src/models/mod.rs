@@ -28,6 +28,7 @@ pub mod gemma3;
 pub mod gemma3n;
 pub mod hf;
 pub mod llama;
+pub mod moe;
 pub mod registry;
 pub mod serving;
 pub mod synth;

@@ -1,0 +1,154 @@
+//! The mixture-of-experts feed-forward, a block's FFN where a router sends
+//! each token to `k` of `E` SwiGLU experts and sums their outputs weighted
+//! by its probabilities:
+//! ```text
+//! p = softmax(W_r · h)                       [E]
+//! chosen = topk(p, k)                        ties to the lowest index, as torch.topk
+//! w = p[chosen] (/ Σ p[chosen] with norm_topk_prob)
+//! moe(h) = Σ_j w_j · W_down[e_j] · (silu(W_gate[e_j] · h) * W_up[e_j] · h)
+//! ```
+//! - References: transformers `Qwen3MoeSparseMoeBlock`, `Qwen3MoeTopKRouter`
+//!   (models/qwen3_moe/modeling_qwen3_moe.py); llama.cpp `build_moe_ffn`
+//!   (src/llama-graph.cpp), whose GGUF names and `[E, F, H]` expert stacks
+//!   these are.
+//! - Top-k is `k` rounds of argmax, the winner masked to `-inf` after each:
+//!   plain StableHLO, cheap for the `k ≤ 8` of real models.
+//! - Decode (one token) reads only the chosen experts: each is a dynamic
+//!   slice of the stack ([`Weight::select`]) fed to the product dense
+//!   weights use. Prefill runs every expert over every token, weighted by
+//!   the routing (zero for the experts a token did not choose): simple and
+//!   correct; its cost against grouping tokens by expert is to be measured.
+
+use super::blocks::Layer;
+use super::{linear_each, Result, Weight};
+use crate::graph::{ComparisonDirection, DType, ReduceKind, TensorType};
+use crate::trace::Tensor;
+
+/// The shape of a mixture-of-experts feed-forward and its routing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeConfig {
+    /// Experts, `E`.
+    pub experts: usize,
+    /// Experts each token is sent to, `k`.
+    pub used: usize,
+    /// Width of each expert's feed-forward, `F`.
+    pub feed_forward_length: usize,
+    /// The chosen experts' probabilities are divided by their sum (HF's
+    /// `norm_topk_prob`; llama.cpp's `norm_w`).
+    pub norm_topk: bool,
+}
+
+/// A block's router `ffn_gate_inp` (`[E, H]`) and its experts, stacked:
+/// `ffn_gate_exps`, `ffn_up_exps` (`[E, F, H]`), `ffn_down_exps` (`[E, H, F]`).
+pub(crate) struct Moe<'t> {
+    router: Weight<'t>,
+    gate: Weight<'t>,
+    up: Weight<'t>,
+    down: Weight<'t>,
+    c: MoeConfig,
+}
+
+impl<'t> Moe<'t> {
+    /// The router and expert stacks of `l`, for a residual stream of `hidden`.
+    pub fn load(l: &Layer<'_, 't>, hidden: usize, c: MoeConfig) -> Result<Self> {
+        let (e, f) = (c.experts, c.feed_forward_length);
+        Ok(Moe {
+            router: l.weight("ffn_gate_inp", &[e, hidden])?,
+            gate: l.weight("ffn_gate_exps", &[e, f, hidden])?,
+            up: l.weight("ffn_up_exps", &[e, f, hidden])?,
+            down: l.weight("ffn_down_exps", &[e, hidden, f])?,
+            c,
+        })
+    }
+
+    /// `h [seq, hidden]` -> `[seq, hidden]`: with one static row (decode),
+    /// the `k` chosen experts only; else every expert, weighted by the
+    /// routing.
+    pub fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let probs = self.router.linear(h)?.softmax(1)?;
+        let chosen = top_k(&probs, self.c.used)?;
+        let total = match self.c.norm_topk {
+            true => Some(chosen.iter().skip(1).try_fold(chosen[0].weight.clone(), |s, c| s.add(&c.weight))?),
+            false => None,
+        };
+        let normed = |w: &Tensor<'t>| -> Result<Tensor<'t>> {
+            Ok(match &total {
+                Some(total) => w.divide(total)?,
+                None => w.clone(),
+            })
+        };
+        let weighted = |y: Tensor<'t>, w: &Tensor<'t>| -> Result<Tensor<'t>> {
+            Ok(y.multiply(&w.broadcast_in_dim(&y.ty.shape, &[0])?)?)
+        };
+        if h.ty.shape[0] != 1 {
+            // Each token's weight of each expert: its probability where
+            // chosen, else zero.
+            let mut routing = probs.tracer().constant(0.0, probs.ty.clone())?;
+            for c in &chosen {
+                routing = c.hit.select(&normed(&c.weight)?.broadcast_in_dim(&probs.ty.shape, &[0])?, &routing)?;
+            }
+            let (gates, ups, downs) =
+                (self.gate.row_blocks(self.c.experts)?, self.up.row_blocks(self.c.experts)?, self.down.row_blocks(self.c.experts)?);
+            let mut out: Option<Tensor<'t>> = None;
+            for e in 0..self.c.experts {
+                let w = routing.slice(&[0, e], &[routing.ty.shape[0], e + 1], &[1, 1])?;
+                let w = w.reshape(&[routing.ty.shape[0]])?;
+                let y = weighted(expert(&gates[e], &ups[e], &downs[e], h)?, &w)?;
+                out = Some(match out {
+                    Some(o) => o.add(&y)?,
+                    None => y,
+                });
+            }
+            return Ok(out.expect("at least one expert"));
+        }
+        let mut out: Option<Tensor<'t>> = None;
+        for c in &chosen {
+            let index = c.index.reshape(&[])?;
+            let (gate, up, down) = (self.gate.select(&index)?, self.up.select(&index)?, self.down.select(&index)?);
+            let y = weighted(expert(&gate, &up, &down, h)?, &normed(&c.weight)?)?;
+            out = Some(match out {
+                Some(o) => o.add(&y)?,
+                None => y,
+            });
+        }
+        Ok(out.expect("k is at least one"))
+    }
+}
+
+/// One SwiGLU expert over `h [seq, hidden]`: gate and up as one streamed
+/// product where they can be ([`linear_each`]).
+fn expert<'t>(gate: &Weight<'t>, up: &Weight<'t>, down: &Weight<'t>, h: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let [g, u]: [Tensor<'t>; 2] = linear_each(&[gate, up], h)?.try_into().expect("two products");
+    down.linear(&g.silu()?.multiply(&u)?)
+}
+
+/// One round of [`top_k`]: per row, the expert chosen, where it sits and
+/// its probability.
+struct Chosen<'t> {
+    /// `[seq]` i32.
+    index: Tensor<'t>,
+    /// `[seq, E]`: true at the chosen expert.
+    hit: Tensor<'t>,
+    /// `[seq]`: its probability.
+    weight: Tensor<'t>,
+}
+
+/// The `k` largest of each row of `probs [seq, E]`, largest first, by `k`
+/// rounds of argmax with each winner masked to `-inf`: equal values go to
+/// the lowest index first, as `torch.topk` orders them.
+fn top_k<'t>(probs: &Tensor<'t>, k: usize) -> Result<Vec<Chosen<'t>>> {
+    let t = probs.tracer();
+    let shape = probs.ty.shape.clone();
+    let columns = t.iota(1, TensorType::new(shape.clone(), DType::I32))?;
+    let (zero, neg_inf) = (t.constant(0.0, probs.ty.clone())?, t.constant(f64::NEG_INFINITY, probs.ty.clone())?);
+    let mut left = probs.clone();
+    (0..k)
+        .map(|_| {
+            let index = left.argmax(1)?;
+            let hit = columns.compare(ComparisonDirection::Eq, &index.broadcast_in_dim(&shape, &[0])?)?;
+            let weight = hit.select(probs, &zero)?.reduce(ReduceKind::Sum, &[1])?;
+            left = hit.select(&neg_inf, &left)?;
+            Ok(Chosen { index, hit, weight })
+        })
+        .collect()
+}
