@@ -45,7 +45,12 @@ fn matches_transformers(name: &str) -> f64 {
 /// [`matches_transformers`] of the checkpoint at `model` (a directory or a
 /// GGUF file) against the logits of case `name`.
 fn matches_transformers_from(model: &Path, name: &str) -> f64 {
-    let (worst, _) = iree_against_transformers(model, name, DType::F32);
+    matches_transformers_packed(model, name, PackedPolicy::Fail)
+}
+
+/// [`matches_transformers_from`], packed tensors read under `packed`.
+fn matches_transformers_packed(model: &Path, name: &str, packed: PackedPolicy) -> f64 {
+    let (worst, _) = iree_against_transformers(model, name, DType::F32, packed);
     assert!(worst <= TOLERANCE, "{name}: logits differ from transformers' by {worst:e}");
     worst
 }
@@ -58,14 +63,19 @@ fn reference(name: &str) -> (Vec<f64>, usize) {
     (reference.to_f64_vec(), vocab)
 }
 
-/// Exports the checkpoint at `model` with a `kv_dtype` cache, compiles it
-/// and runs [`steps`] through IREE: the largest |kiln - transformers| and
-/// the export's directory.
-fn iree_against_transformers(model: &Path, name: &str, kv_dtype: DType) -> (f64, tempfile::TempDir) {
+/// Exports the checkpoint at `model` with a `kv_dtype` cache (packed
+/// tensors under `packed`), compiles it and runs [`steps`] through IREE:
+/// the largest |kiln - transformers| and the export's directory.
+fn iree_against_transformers(
+    model: &Path,
+    name: &str,
+    kv_dtype: DType,
+    packed: PackedPolicy,
+) -> (f64, tempfile::TempDir) {
     let (want, vocab) = reference(name);
     let options = ExportOptions {
         params: ParamsMode::Reference,
-        packed: PackedPolicy::Fail,
+        packed,
         max_context: Some(16),
         kv_dtype,
         ..ExportOptions::default()
@@ -180,6 +190,17 @@ fn gemma3_multimodal_text_part_matches_transformers() {
 fn gemma3n_matches_transformers() {
     matches_transformers("gemma3n");
     matches_transformers_from(&case_dir("gemma3n").join("gemma3n.gguf"), "gemma3n");
+}
+
+/// Qwen3-MoE from the GGUF that llama.cpp's converter would write of it
+/// (test/models/qwen3moe_to_gguf.py): its experts stacked and Q8_0, kept
+/// packed, so that decode slices the chosen experts' blocks out of the
+/// stacks. The routing sends the prompt's tokens to different experts in
+/// each layer.
+#[test]
+fn qwen3moe_gguf_matches_transformers() {
+    let gguf = case_dir("qwen3moe").join("qwen3moe.gguf");
+    matches_transformers_packed(&gguf, "qwen3moe", PackedPolicy::Keep);
 }
 
 /// The text part of Gemma3nForConditionalGeneration, whose per-layer table
@@ -301,7 +322,7 @@ fn kv_dtypes_against_transformers() {
 /// logits within [`TOLERANCE`], transformers' within [`F16_TOLERANCE`].
 #[test]
 fn f16_kv_cache_matches_interpreter_and_transformers() {
-    let (worst, dir) = iree_against_transformers(&case_dir("gemma3"), "gemma3", DType::F16);
+    let (worst, dir) = iree_against_transformers(&case_dir("gemma3"), "gemma3", DType::F16, PackedPolicy::Fail);
     assert!(worst <= F16_TOLERANCE, "gemma3: logits differ from transformers' by {worst:e}");
     let manifest = Manifest::read(dir.path()).unwrap();
     assert_eq!(manifest.kv_dtype.as_deref(), Some("f16"));

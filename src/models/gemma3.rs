@@ -270,7 +270,13 @@ impl Config {
         let (value_length, scale) = (self.value_length, self.attention_scale);
         let attention = AttentionConfig { value_length, scale, qk_norm: true, ..AttentionConfig::of(&self.dims) };
         let feed_forward_length = self.feed_forward_length;
-        BlockConfig { attention, feed_forward_length, activation: Activation::GeluTanh, post_norms: true, experts: None }
+        BlockConfig {
+            attention,
+            feed_forward_length,
+            activation: Activation::GeluTanh,
+            post_norms: true,
+            experts: None,
+        }
     }
 }
 

@@ -21,7 +21,7 @@
 
 use super::blocks::Layer;
 use super::{linear_each, Result, Weight};
-use crate::graph::{ComparisonDirection, DType, ReduceKind, TensorType};
+use crate::graph::{ComparisonDirection, DType, DotDimensions, ReduceKind, TensorType};
 use crate::trace::Tensor;
 
 /// The shape of a mixture-of-experts feed-forward and its routing.
@@ -65,8 +65,26 @@ impl<'t> Moe<'t> {
     /// the `k` chosen experts only; else every expert, weighted by the
     /// routing.
     pub fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let probs = self.router.linear(h)?.softmax(1)?;
-        let chosen = top_k(&probs, self.c.used)?;
+        let logits = self.router.linear(h)?;
+        if h.ty.shape[0] != 1 {
+            let routing = routing(&logits, self.c.used, self.c.norm_topk)?;
+            // Every expert's output `[seq, E, hidden]`, contracted with the
+            // routing per token: one batched product, which IREE 3.13
+            // compiles (a `[seq]` weight broadcast over each expert's
+            // `[seq, hidden]` output fails its CPU workgroup distribution).
+            let (e, seq, hidden) = (self.c.experts, h.ty.shape[0], h.ty.shape[1]);
+            let (gates, ups, downs) = (self.gate.row_blocks(e)?, self.up.row_blocks(e)?, self.down.row_blocks(e)?);
+            let outputs = (0..e).map(|i| expert(&gates[i], &ups[i], &downs[i], h)).collect::<Result<Vec<_>>>()?;
+            let outputs = h.tracer().concatenate(&outputs.iter().collect::<Vec<_>>(), 1)?.reshape(&[seq, e, hidden])?;
+            let per_token = DotDimensions {
+                lhs_batching_dimensions: vec![0],
+                rhs_batching_dimensions: vec![0],
+                lhs_contracting_dimensions: vec![1],
+                rhs_contracting_dimensions: vec![1],
+            };
+            return Ok(routing.dot_general(&outputs, per_token)?);
+        }
+        let chosen = top_k(&logits, &logits.softmax(1)?, self.c.used)?;
         let total = match self.c.norm_topk {
             true => Some(chosen.iter().skip(1).try_fold(chosen[0].weight.clone(), |s, c| s.add(&c.weight))?),
             false => None,
@@ -80,27 +98,6 @@ impl<'t> Moe<'t> {
         let weighted = |y: Tensor<'t>, w: &Tensor<'t>| -> Result<Tensor<'t>> {
             Ok(y.multiply(&w.broadcast_in_dim(&y.ty.shape, &[0])?)?)
         };
-        if h.ty.shape[0] != 1 {
-            // Each token's weight of each expert: its probability where
-            // chosen, else zero.
-            let mut routing = probs.tracer().constant(0.0, probs.ty.clone())?;
-            for c in &chosen {
-                routing = c.hit.select(&normed(&c.weight)?.broadcast_in_dim(&probs.ty.shape, &[0])?, &routing)?;
-            }
-            let (gates, ups, downs) =
-                (self.gate.row_blocks(self.c.experts)?, self.up.row_blocks(self.c.experts)?, self.down.row_blocks(self.c.experts)?);
-            let mut out: Option<Tensor<'t>> = None;
-            for e in 0..self.c.experts {
-                let w = routing.slice(&[0, e], &[routing.ty.shape[0], e + 1], &[1, 1])?;
-                let w = w.reshape(&[routing.ty.shape[0]])?;
-                let y = weighted(expert(&gates[e], &ups[e], &downs[e], h)?, &w)?;
-                out = Some(match out {
-                    Some(o) => o.add(&y)?,
-                    None => y,
-                });
-            }
-            return Ok(out.expect("at least one expert"));
-        }
         let mut out: Option<Tensor<'t>> = None;
         for c in &chosen {
             let index = c.index.reshape(&[])?;
@@ -127,8 +124,6 @@ fn expert<'t>(gate: &Weight<'t>, up: &Weight<'t>, down: &Weight<'t>, h: &Tensor<
 struct Chosen<'t> {
     /// `[seq]` i32.
     index: Tensor<'t>,
-    /// `[seq, E]`: true at the chosen expert.
-    hit: Tensor<'t>,
     /// `[seq]`: its probability.
     weight: Tensor<'t>,
 }
@@ -136,19 +131,51 @@ struct Chosen<'t> {
 /// The `k` largest of each row of `probs [seq, E]`, largest first, by `k`
 /// rounds of argmax with each winner masked to `-inf`: equal values go to
 /// the lowest index first, as `torch.topk` orders them.
-fn top_k<'t>(probs: &Tensor<'t>, k: usize) -> Result<Vec<Chosen<'t>>> {
+fn top_k<'t>(logits: &Tensor<'t>, probs: &Tensor<'t>, k: usize) -> Result<Vec<Chosen<'t>>> {
     let t = probs.tracer();
     let shape = probs.ty.shape.clone();
-    let columns = t.iota(1, TensorType::new(shape.clone(), DType::I32))?;
+    // A static iota broadcast over the rows: IREE 3.13 fails to compile a
+    // prefill's `[?, E]` dynamic iota here ("vector.store ... restricted to
+    // workgroup distributed contexts").
+    let columns = t.iota(0, TensorType::new([shape[1]], DType::I32))?.broadcast_in_dim(&shape, &[1])?;
     let (zero, neg_inf) = (t.constant(0.0, probs.ty.clone())?, t.constant(f64::NEG_INFINITY, probs.ty.clone())?);
-    let mut left = probs.clone();
+    let mut left = logits.clone();
     (0..k)
         .map(|_| {
             let index = left.argmax(1)?;
             let hit = columns.compare(ComparisonDirection::Eq, &index.broadcast_in_dim(&shape, &[0])?)?;
             let weight = hit.select(probs, &zero)?.reduce(ReduceKind::Sum, &[1])?;
             left = hit.select(&neg_inf, &left)?;
-            Ok(Chosen { index, hit, weight })
+            Ok(Chosen { index, weight })
         })
         .collect()
+}
+
+/// Each token's weight of each expert, `[seq, E]` from the router's
+/// `logits`: its probability where it is among the `k` most probable (with
+/// `norm`, divided by their sum), else zero. An expert is chosen when fewer
+/// than `k` experts beat it (a larger logit, or an equal one at a lower
+/// index, as [`top_k`] breaks ties): one comparison of every pair and one
+/// sum, where IREE 3.13's CPU codegen fails to distribute `k` chained
+/// argmax rounds over a dynamic number of rows.
+fn routing<'t>(logits: &Tensor<'t>, k: usize, norm: bool) -> Result<Tensor<'t>> {
+    let t = logits.tracer();
+    let (seq, e) = (logits.ty.shape[0], logits.ty.shape[1]);
+    let pairs = [seq, e, e];
+    // [token, e, j]: logit e against logit j.
+    let (own, other) = (logits.broadcast_in_dim(&pairs, &[0, 1])?, logits.broadcast_in_dim(&pairs, &[0, 2])?);
+    let square = TensorType::new([e, e], DType::I32);
+    let lower = t.iota(1, square.clone())?.compare(ComparisonDirection::Lt, &t.iota(0, square)?)?;
+    let tie_won = other.compare(ComparisonDirection::Eq, &own)?.and(&lower.broadcast_in_dim(&pairs, &[1, 2])?)?;
+    let beats = other.compare(ComparisonDirection::Gt, &own)?.or(&tie_won)?;
+    let rank = beats.convert(DType::F32)?.reduce(ReduceKind::Sum, &[2])?;
+    let chosen = rank.compare(ComparisonDirection::Lt, &t.constant(k as f64, rank.ty.clone())?)?;
+    let zero = t.constant(0.0, logits.ty.clone())?;
+    let probs = logits.softmax(1)?;
+    let picked = chosen.select(&probs, &zero)?;
+    if !norm {
+        return Ok(picked);
+    }
+    let total = picked.reduce(ReduceKind::Sum, &[1])?.broadcast_in_dim(&logits.ty.shape, &[0])?;
+    Ok(picked.divide(&total)?)
 }

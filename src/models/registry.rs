@@ -91,6 +91,19 @@ pub const FAMILIES: &[Row] = &[
             hf: |hf| Ok(Family::new(llama::Config::from_hf(hf)?)),
         },
     },
+    // Qwen3's attention with a mixture-of-experts feed-forward, read by
+    // llama's front-end; from GGUF only while kiln cannot stack HF's
+    // per-expert tensors.
+    Row {
+        name: "qwen3moe",
+        gguf: &["qwen3moe"],
+        hf: &[],
+        hf_names: |_, _| llama::HF_NAMES,
+        reader: Reader::Decoder {
+            gguf: |gguf| Ok(Family::new(llama::Config::from_gguf(gguf)?)),
+            hf: |hf| Ok(Family::new(llama::Config::from_hf(hf)?)),
+        },
+    },
     Row {
         name: "gemma3",
         gguf: &["gemma3"],
@@ -312,7 +325,7 @@ mod tests {
         let e = by_gguf_architecture("falcon").unwrap_err().to_string();
         assert_eq!(
             e,
-            "unknown general.architecture \"falcon\" (supported: llama, qwen2, qwen3, gemma3, gemma3n; bert as an encoder)"
+            "unknown general.architecture \"falcon\" (supported: llama, qwen2, qwen3, qwen3moe, gemma3, gemma3n; bert as an encoder)"
         );
     }
 }

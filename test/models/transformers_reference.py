@@ -2,7 +2,7 @@
 """Reference logits from transformers itself, for kiln's config-reading
 tests (src/models/transformers_tests.rs).
 
-    transformers_reference.py [OUT_DIR]
+    transformers_reference.py [OUT_DIR [CASE...]]
 
 Run by hand, in a venv with torch (not part of `make setup`; `make test`
 only reads what this writes):
@@ -34,6 +34,14 @@ Gemma-3-270M GGUFs loaded by `from_pretrained(dir, gguf_file=...)` (f32),
 the logits at the last position of their prompt, for the top tokens and a
 stride of the vocabulary (the whole row would be 1 MiB for Gemma).
 
+Qwen3-MoE (`qwen3moe`, a `Qwen3MoeForCausalLM`): 8 experts, top 2, its
+expert weights Q8_0-exact, its routing checked to send the prompt's tokens
+to different experts in each layer with no near-ties;
+OUT_DIR/qwen3moe/qwen3moe.gguf is it converted as llama.cpp's converter
+writes it, the experts stacked and Q8_0 (qwen3moe_to_gguf.py).
+
+With CASE names, only those cases (and their GGUFs) are written.
+
 OUT_DIR/versions.json records the versions used.
 """
 
@@ -51,6 +59,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gemma3n_to_gguf import convert as gemma3n_to_gguf
+from qwen3moe_to_gguf import convert as qwen3moe_to_gguf
 
 HERE = Path(__file__).resolve().parent
 # The checkpoints `make setup` installs (src/models/mod.rs, `testing`).
@@ -106,6 +115,23 @@ GEMMA3N = {
 
 def llama(**kw):
     return transformers.LlamaConfig(**{**COMMON, **kw})
+
+
+# A Qwen3-MoE whose layers are all sparse (as every shipped one, and as
+# GGUF can say): 8 experts, top 2, renormalized (llama.cpp's qwen3moe always
+# renormalizes); rows of 32 so that the experts pack into Q8_0 blocks.
+QWEN3MOE = {
+    **COMMON,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "norm_topk_prob": True,
+}
 
 
 # name -> (config, how config.json is rewritten after saving, or None)
@@ -211,6 +237,8 @@ CASES = {
         "v4",
     ),
     "gemma3n": (transformers.Gemma3nTextConfig(**GEMMA3N), None),
+    # Last, so that the cases before keep their seeds.
+    "qwen3moe": (transformers.Qwen3MoeConfig(**QWEN3MOE), None),
 }
 
 
@@ -225,6 +253,54 @@ def perturb(model, seed):
             noise = 0.5 * torch.randn(p.shape, generator=g, dtype=torch.float32)
             p.copy_(p + noise if p.ndim == 1 else noise)
             p.copy_(p.to(torch.bfloat16).to(torch.float32))
+
+
+def q8_0_experts(model, seed):
+    """The experts' weights as Q8_0 holds them exactly: each block of 32 is
+    integers in [-127, 127] times 2^-7, the first 127, so that llama.cpp's
+    quantizer (scale max/127, stored f16) gives back the same numbers; bf16
+    holds them too (8 significant bits)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".experts." in name:
+                q = torch.randint(-127, 128, p.shape, generator=g, dtype=torch.int32).reshape(-1, 32)
+                q[:, 0] = 127
+                p.copy_(q.reshape(p.shape).to(torch.float32) / 128)
+
+
+def reroute(model, ids, k, seed):
+    """Routers drawn again (as `perturb` draws them) until the routing is
+    robust and varied ([`check_routing`]); returns the draws it took."""
+    routers = [layer.mlp.gate.weight for layer in model.model.layers]
+    for attempt in range(100):
+        if check_routing(model, ids, k):
+            return attempt
+        g = torch.Generator().manual_seed(1000 * seed + attempt)
+        with torch.no_grad():
+            for p in routers:
+                p.copy_((0.5 * torch.randn(p.shape, generator=g)).to(torch.bfloat16).to(torch.float32))
+    raise AssertionError("no robust routing in 100 draws")
+
+
+def check_routing(model, ids, k):
+    """Whether the routing is robust and varied: in every layer each token's
+    k-th and (k+1)-th probabilities are 1e-3 apart (so float rounding cannot
+    swap them), tokens go to different experts, and the layers route the
+    prompt differently."""
+    logits = []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda m, i, o: logits.append(o[0])) for layer in model.model.layers]
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for h in hooks:
+        h.remove()
+    chosen = []
+    for i, l in enumerate(logits):
+        top = torch.softmax(l.to(torch.float64), dim=-1).sort(dim=-1, descending=True)
+        chosen.append([tuple(sorted(r)) for r in top.indices[:, :k].tolist()])
+        if (top.values[:, k - 1] - top.values[:, k]).min().item() <= 1e-3 or len(set(chosen[-1])) <= 3:
+            return False
+    return len(set(map(tuple, chosen))) == len(chosen)
 
 
 def to_v4(config):
@@ -265,6 +341,10 @@ def write_case(out, name, config, rewrite, seed):
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     perturb(model, seed)
+    if config.model_type == "qwen3_moe":
+        q8_0_experts(model, seed)
+        draws = reroute(model, PROMPT, config.num_experts_per_tok, seed)
+        print(f"{name}: routers drawn {draws} more times for a robust routing")
     want = logits(model, PROMPT)
     d = out / name
     shutil.rmtree(d, ignore_errors=True)
@@ -388,9 +468,19 @@ def write_gguf_reference(out, name, path):
 def main():
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "transformers"
     out.mkdir(parents=True, exist_ok=True)
+    only = sys.argv[2:]
+    if only:
+        # Just these cases (and their GGUFs): the others' files stay as committed.
+        for seed, (name, (config, rewrite)) in enumerate(CASES.items()):
+            if name in only:
+                write_case(out, name, config, rewrite, seed)
+        if "qwen3moe" in only:
+            qwen3moe_to_gguf(out / "qwen3moe", out / "qwen3moe" / "qwen3moe.gguf")
+        return
     models = {}
     for seed, (name, (config, rewrite)) in enumerate(CASES.items()):
         models[name] = write_case(out, name, config, rewrite, seed)
+    qwen3moe_to_gguf(out / "qwen3moe", out / "qwen3moe" / "qwen3moe.gguf")
     write_gemma3_multimodal(out, models["gemma3"], 100)
     gemma3n_to_gguf(out / "gemma3n", out / "gemma3n" / "gemma3n.gguf")
     write_gemma3n_multimodal(out, 200)
