@@ -703,6 +703,95 @@ mod tests {
         }
     }
 
+    /// Qwen3-MoE's expert keys from `config.json` (transformers 5.24's own,
+    /// committed with the test checkpoint, and variants of it): which
+    /// layers stay dense, and what is refused by name.
+    #[test]
+    fn qwen3_moe_config_from_hf() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/transformers/qwen3moe/config.json");
+        let base: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let read = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut c = base.clone();
+            edit(&mut c);
+            Config::from_hf(&HfConfig::parse(&c.to_string()).unwrap()).map_err(|e| e.to_string())
+        };
+        let c = read(&|_| {}).unwrap();
+        let want = MoeConfig { experts: 8, used: 2, feed_forward_length: 32, norm_topk: true };
+        assert_eq!((c.experts, c.dense_layers.as_slice(), c.qk_norm), (Some(want), &[][..], true));
+        // A checkpoint's spelling (`num_experts`), dense layers both ways.
+        let c = read(&|c| {
+            let n = c.as_object_mut().unwrap().remove("num_local_experts").unwrap();
+            c["num_experts"] = n;
+            c["num_hidden_layers"] = 4.into();
+            c["decoder_sparse_step"] = 2.into();
+            c["mlp_only_layers"] = serde_json::json!([3]);
+            c["norm_topk_prob"] = false.into();
+        })
+        .unwrap();
+        assert_eq!((c.experts.unwrap().norm_topk, c.dense_layers), (false, vec![0, 2, 3]));
+        let refused: [(&dyn Fn(&mut serde_json::Value), &str); 3] = [
+            (&|c| c["num_experts_per_tok"] = 9.into(), "num_experts_per_tok = 9: is more than the 8 experts"),
+            (&|c| c["mlp_only_layers"] = serde_json::json!([2]), "mlp_only_layers = 2: is not a layer of 2"),
+            (&|c| c["moe_intermediate_size"] = 0.into(), "moe_intermediate_size = 0: must be positive"),
+        ];
+        for (edit, needle) in refused {
+            let e = read(edit).expect_err("refused");
+            assert!(e.contains(needle), "'{e}' should contain '{needle}'");
+        }
+    }
+
+    /// Qwen3-MoE's GGUF expert keys: read, and what kiln's qwen3moe does
+    /// not compute refused by name; other architectures refuse them all.
+    #[test]
+    fn qwen3moe_config_from_gguf() {
+        let read = |arch: &'static str, extra: Vec<(&'static str, Meta)>| {
+            let mut meta = vec![
+                ("general.architecture", Meta::Str(arch)),
+                ("block_count", Meta::U32(2)),
+                ("embedding_length", Meta::U32(32)),
+                ("feed_forward_length", Meta::U32(64)),
+                ("attention.head_count", Meta::U32(4)),
+                ("attention.layer_norm_rms_epsilon", Meta::F32(1e-6)),
+                ("vocab_size", Meta::U32(16)),
+                ("expert_count", Meta::U32(8)),
+                ("expert_used_count", Meta::U32(2)),
+                ("expert_feed_forward_length", Meta::U32(32)),
+            ];
+            meta.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+            meta.extend(extra);
+            let keys: Vec<String> = meta
+                .iter()
+                .map(|(k, _)| if k.starts_with("general.") { k.to_string() } else { format!("{arch}.{k}") })
+                .collect();
+            let meta: Vec<(&str, Meta)> =
+                keys.iter().map(String::as_str).zip(meta.into_iter().map(|(_, v)| v)).collect();
+            Config::from_gguf(&Gguf::parse(gguf_bytes(&meta, &[])).unwrap()).map_err(|e| e.to_string())
+        };
+        let c = read("qwen3moe", vec![]).unwrap();
+        let want = MoeConfig { experts: 8, used: 2, feed_forward_length: 32, norm_topk: true };
+        assert_eq!((c.experts, c.qk_norm, c.rope_style), (Some(want), true, RopeStyle::NeoX));
+        let refused = [
+            (
+                "qwen3moe",
+                vec![("expert_used_count", Meta::U32(9))],
+                "qwen3moe.expert_used_count = 9: is more than expert_count 8",
+            ),
+            (
+                "qwen3moe",
+                vec![("expert_shared_count", Meta::U32(1))],
+                "qwen3moe.expert_shared_count = 1: kiln's qwen3moe has no shared experts",
+            ),
+            ("qwen3moe", vec![("expert_gating_func", Meta::U32(2))], "qwen3moe.expert_gating_func = 2"),
+            ("qwen3moe", vec![("expert_weights_scale", Meta::F32(2.5))], "qwen3moe.expert_weights_scale = 2.5"),
+            ("llama", vec![], "llama.expert_count = 8: mixture-of-experts models are not supported yet"),
+        ];
+        for (arch, extra, needle) in refused {
+            let e = read(arch, extra).expect_err("refused");
+            assert!(e.contains(needle), "'{e}' should contain '{needle}'");
+        }
+    }
+
     #[test]
     fn config_from_hf() {
         use serde_json::{json, Value as Json};
