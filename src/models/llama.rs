@@ -730,13 +730,13 @@ mod tests {
         })
         .unwrap();
         assert_eq!((c.experts.unwrap().norm_topk, c.dense_layers), (false, vec![0, 2, 3]));
-        let refused: [(&dyn Fn(&mut serde_json::Value), &str); 3] = [
-            (&|c| c["num_experts_per_tok"] = 9.into(), "num_experts_per_tok = 9: is more than the 8 experts"),
-            (&|c| c["mlp_only_layers"] = serde_json::json!([2]), "mlp_only_layers = 2: is not a layer of 2"),
-            (&|c| c["moe_intermediate_size"] = 0.into(), "moe_intermediate_size = 0: must be positive"),
+        let refused = [
+            ("num_experts_per_tok", serde_json::json!(9), "num_experts_per_tok = 9: is more than the 8 experts"),
+            ("mlp_only_layers", serde_json::json!([2]), "mlp_only_layers = 2: is not a layer of 2"),
+            ("moe_intermediate_size", serde_json::json!(0), "moe_intermediate_size = 0: must be positive"),
         ];
-        for (edit, needle) in refused {
-            let e = read(edit).expect_err("refused");
+        for (key, value, needle) in refused {
+            let e = read(&|c| c[key] = value.clone()).expect_err("refused");
             assert!(e.contains(needle), "'{e}' should contain '{needle}'");
         }
     }
