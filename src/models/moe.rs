@@ -11,13 +11,19 @@
 //!   (models/qwen3_moe/modeling_qwen3_moe.py); llama.cpp `build_moe_ffn`
 //!   (src/llama-graph.cpp), whose GGUF names and `[E, F, H]` expert stacks
 //!   these are.
-//! - Top-k is `k` rounds of argmax, the winner masked to `-inf` after each:
-//!   plain StableHLO, cheap for the `k ≤ 8` of real models.
-//! - Decode (one token) reads only the chosen experts: each is a dynamic
-//!   slice of the stack ([`Weight::select`]) fed to the product dense
-//!   weights use. Prefill runs every expert over every token, weighted by
-//!   the routing (zero for the experts a token did not choose): simple and
-//!   correct; its cost against grouping tokens by expert is to be measured.
+//! - Selection is on the router's logits (softmax keeps their order), ties
+//!   to the lowest index in both paths below; the weights are the softmax's.
+//! - Decode (one token) reads only the chosen experts: `k` rounds of argmax
+//!   (`top_k`, the winner masked to `-inf` after each: plain StableHLO)
+//!   give their indices, each expert is a dynamic slice of the stacks
+//!   ([`Weight::select`]) fed to the product dense weights use (the fused
+//!   packed one for a packed stack).
+//! - Prefill runs every expert over every token and contracts their outputs
+//!   with the routing `[seq, E]` (zero for the experts a token did not
+//!   choose), which `routing` finds by rank, without argmax rounds (IREE
+//!   3.13's CPU codegen fails on those over a dynamic number of rows).
+//!   Simple and correct; its cost against grouping tokens by expert at
+//!   E = 128 is still to be measured.
 
 use super::blocks::Layer;
 use super::{linear_each, Result, Weight};
@@ -128,9 +134,10 @@ struct Chosen<'t> {
     weight: Tensor<'t>,
 }
 
-/// The `k` largest of each row of `probs [seq, E]`, largest first, by `k`
-/// rounds of argmax with each winner masked to `-inf`: equal values go to
-/// the lowest index first, as `torch.topk` orders them.
+/// The `k` largest of each row of `logits [seq, E]`, largest first, each
+/// with its probability in `probs`, by `k` rounds of argmax with each
+/// winner masked to `-inf`: equal values go to the lowest index first, as
+/// `torch.topk` orders them.
 fn top_k<'t>(logits: &Tensor<'t>, probs: &Tensor<'t>, k: usize) -> Result<Vec<Chosen<'t>>> {
     let t = probs.tracer();
     let shape = probs.ty.shape.clone();
