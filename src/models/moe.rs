@@ -186,3 +186,50 @@ fn routing<'t>(logits: &Tensor<'t>, k: usize, norm: bool) -> Result<Tensor<'t>> 
     let total = picked.reduce(ReduceKind::Sum, &[1])?.broadcast_in_dim(&logits.ty.shape, &[0])?;
     Ok(picked.divide(&total)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::interp::{self, tests::val, Value};
+    use crate::trace::Tracer;
+    use std::collections::HashMap;
+
+    /// Decode's argmax rounds and prefill's ranks choose the same experts,
+    /// ties going to the lowest index as `torch.topk` does, and weigh them
+    /// by their probabilities (renormalized or not).
+    #[test]
+    fn both_selections_agree_and_break_ties_to_the_lowest_index() {
+        let t = Tracer::new("main");
+        let x = t.input("logits", TensorType::new([3, 4], DType::F32)).unwrap();
+        let chosen = top_k(&x, &x.softmax(1).unwrap(), 2).unwrap();
+        let (plain, normed) = (routing(&x, 2, false).unwrap(), routing(&x, 2, true).unwrap());
+        let g = t.finish(&[&chosen[0].index, &chosen[1].index, &chosen[0].weight, &plain, &normed]).unwrap();
+        // A three-way tie after a winner, a two-way tie at the top, and one
+        // at second place.
+        let logits = [1.0f32, 3.0, 3.0, 3.0, 5.0, 1.0, 5.0, 0.0, 0.0, 2.0, 1.0, 2.0];
+        let got: Vec<Vec<f64>> = interp::run(&g, &[val("tensor<3x4xf32>", logits.to_vec())], &HashMap::new())
+            .unwrap()
+            .iter()
+            .map(Value::to_f64_vec)
+            .collect();
+        assert_eq!((&got[0], &got[1]), (&vec![1.0, 0.0, 1.0], &vec![2.0, 2.0, 3.0]));
+        let probs: Vec<f64> = logits
+            .chunks(4)
+            .flat_map(|r| {
+                let z: f64 = r.iter().map(|&l| f64::from(l).exp()).sum();
+                r.iter().map(move |&l| f64::from(l).exp() / z)
+            })
+            .collect();
+        let picked = [[1, 2], [0, 2], [1, 3]];
+        for (row, pick) in picked.iter().enumerate() {
+            let p = |e: usize| probs[row * 4 + e];
+            assert!((got[2][row] - p(pick[0])).abs() < 1e-6);
+            for e in 0..4 {
+                let want = if pick.contains(&e) { p(e) } else { 0.0 };
+                assert!((got[3][row * 4 + e] - want).abs() < 1e-6, "row {row}, expert {e}: {:?}", got[3]);
+                let want = want / (p(pick[0]) + p(pick[1]));
+                assert!((got[4][row * 4 + e] - want).abs() < 1e-6, "row {row}, expert {e}: {:?}", got[4]);
+            }
+        }
+    }
+}
