@@ -2,7 +2,8 @@
 //! checkpoint's metadata and tensor table, one file per family
 //! ([`llama`], [`gemma3`], [`gemma3n`]; the encoder [`bert`]) holding its
 //! equations over shared blocks (`blocks.rs`: a block's tensors, the gated
-//! feed-forward, attention, the head) and shared config readers
+//! feed-forward, attention, the head; [`moe`], the mixture-of-experts
+//! feed-forward) and shared config readers
 //! ([`config`]), with one row each in [`registry`]: the names it has in
 //! checkpoints, its config readers and its HF tensor names, which every
 //! dispatch reads. Below the families: what they stand on
