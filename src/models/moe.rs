@@ -194,6 +194,24 @@ mod tests {
     use crate::trace::Tracer;
     use std::collections::HashMap;
 
+    /// `Weight::select` of a dense stack is the matrix at the run-time index.
+    #[test]
+    fn select_reads_the_matrix_at_the_index() {
+        let t = Tracer::new("main");
+        let raw = t.input("stack", TensorType::new([3, 2, 2], DType::F32)).unwrap();
+        let index = t.input("index", TensorType::new([], DType::I32)).unwrap();
+        let stack = Weight { name: "stack".into(), raw, packed: None, shape: vec![3, 2, 2] };
+        let picked = stack.select(&index).unwrap();
+        assert_eq!(picked.shape, [2, 2]);
+        let g = t.finish(&[&picked.raw]).unwrap();
+        let data: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        for i in 0..3 {
+            let inputs = [val("tensor<3x2x2xf32>", data.clone()), val("tensor<i32>", vec![i])];
+            let got = interp::run(&g, &inputs, &HashMap::new()).unwrap().remove(0).to_f64_vec();
+            assert_eq!(got, (4 * i..4 * i + 4).map(f64::from).collect::<Vec<_>>());
+        }
+    }
+
     /// Decode's argmax rounds and prefill's ranks choose the same experts,
     /// ties going to the lowest index as `torch.topk` does, and weigh them
     /// by their probabilities (renormalized or not).
