@@ -369,6 +369,13 @@ fn run(cli: Cli) -> Result<()> {
                     s.cache_bytes as f64 / 1e6
                 );
             }
+            if s.tiled_bytes > 0 {
+                println!(
+                    "  decode's packed weights tiled by rows at load: {} bytes ({:.1} MB) of memory",
+                    s.tiled_bytes,
+                    s.tiled_bytes as f64 / 1e6
+                );
+            }
             if let Some((bytes, seconds)) = s.archive {
                 println!("  archive: {bytes} bytes in {seconds:.2} s ({:.0} MB/s)", bytes as f64 / seconds / 1e6);
             }

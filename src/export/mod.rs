@@ -491,6 +491,9 @@ pub struct ExportSummary {
     pub param_elements: u64,
     /// Bytes of the two KV caches at capacity.
     pub cache_bytes: u64,
+    /// Bytes of the packed weights that the module tiles by rows at load
+    /// for decode's products (`tile_rows`), held next to the checkpoint's.
+    pub tiled_bytes: u64,
     /// Params written into the archive or the module, and their bytes.
     pub params_written: usize,
     /// Every file's bytes: module, archive and manifest.
@@ -553,6 +556,13 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         .iter()
         .flat_map(|g| g.params())
         .map(|(_, name, ty)| (name, ty.num_elements() as u64))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .values()
+        .sum();
+    let tiled_bytes = graphs
+        .iter()
+        .flat_map(|g| g.tiled_param_bytes())
+        .map(|((name, op, ty), bytes)| ((name, format!("{op:?} {ty}")), bytes))
         .collect::<std::collections::BTreeMap<_, _>>()
         .values()
         .sum();
@@ -633,6 +643,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         params: plan.params.len(),
         param_elements,
         cache_bytes,
+        tiled_bytes,
         params_written: plan.written(),
         bytes_written,
         stale_temps,

@@ -158,6 +158,31 @@ impl Graph {
         })
     }
 
+    /// The param that `value` is or reshapes, with its type: a constant of
+    /// the module, whose layout changes (`tile_rows`) the lowering computes
+    /// once, at load.
+    pub fn param_root(&self, value: ValueId) -> Option<(&str, &TensorType)> {
+        let node = self.node(value);
+        match &node.op {
+            Op::Param { name } => Some((name, &node.ty)),
+            Op::Reshape => self.param_root(node.operands[0]),
+            _ => None,
+        }
+    }
+
+    /// The bytes of each `tile_rows` of a param, keyed by the param's name,
+    /// the op and its type (a function tiles a param once per tiling; the
+    /// lowering's initializers allocate each key once across functions).
+    pub fn tiled_param_bytes(&self) -> impl Iterator<Item = ((&str, &Op, &TensorType), u64)> + '_ {
+        self.nodes.iter().filter_map(|n| match &n.op {
+            Op::TileRows { .. } => {
+                let (name, _) = self.param_root(n.operands[0])?;
+                Some(((name, &n.op, &n.ty), n.ty.num_elements() as u64 * n.ty.dtype.size_in_bytes() as u64))
+            }
+            _ => None,
+        })
+    }
+
     /// The value named `name` (without the `%`); a tied param's alias names the one param.
     pub fn lookup(&self, name: &str) -> Option<ValueId> {
         self.by_name.get(name).copied()

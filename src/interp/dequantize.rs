@@ -2,6 +2,8 @@
 //! [`crate::trace::dequant`] is bit-exact with (tested there).
 
 use super::{Buffer, Value};
+use crate::graph::ops::dequantize::packed_byte_order;
+use crate::graph::TensorType;
 use crate::weights::ggml::GgmlType;
 use crate::weights::quant;
 
@@ -24,8 +26,24 @@ pub(super) fn dequantize(ggml: GgmlType, raw: &Value) -> Result<Buffer, String> 
 pub(super) fn packed_matvec(ggml: GgmlType, matrices: &[&Value], x: &Value) -> Result<Buffer, String> {
     let Buffer::F32(x) = &x.data else { return Err(format!("expects f32 x, found {}", x.ty)) };
     let mut y = Vec::new();
-    for raw in matrices {
-        let Buffer::F32(w) = dequantize(ggml, raw)? else { unreachable!("dequantize yields f32") };
+    for tiled in matrices {
+        // Back to whole rows of blocks: [tiles, blocks, size, lanes] -> [tiles, lanes, blocks, size].
+        let [tiles, blocks, size, lanes] = tiled.ty.shape[..] else {
+            return Err(format!("expects blocks tiled by rows, found {}", tiled.ty));
+        };
+        let ty = TensorType::new([tiles, lanes, blocks, size], tiled.ty.dtype);
+        let rows = Value { ty: ty.clone(), data: super::layout::transpose(tiled, &[0, 3, 1, 2]) };
+        // Each block's bytes back in ggml's order.
+        let raw = match packed_byte_order(ggml) {
+            order if order.is_empty() => rows,
+            order => {
+                let mut position = vec![0; size];
+                order.iter().enumerate().for_each(|(j, &o)| position[o] = j);
+                let offsets: Vec<usize> = (0..ty.num_elements()).map(|i| i - i % size + position[i % size]).collect();
+                Value { ty, data: super::take(&rows.data, &offsets) }
+            }
+        };
+        let Buffer::F32(w) = dequantize(ggml, &raw)? else { unreachable!("dequantize yields f32") };
         y.extend(
             w.chunks(x.len()).map(|row| row.iter().zip(x).map(|(&w, &x)| w as f64 * x as f64).sum::<f64>() as f32),
         );

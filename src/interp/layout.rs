@@ -14,6 +14,28 @@ pub(super) fn transpose(x: &Value, permutation: &[usize]) -> Buffer {
     take(&x.data, &strided_offsets(&shape, &walk, 0))
 }
 
+/// `[rows, d...]` as `[tiles, d..., lanes]` (`Op::TileRows`): the last
+/// dim reordered, the rows padded with zeros to whole tiles, then each
+/// tile's row dim moved last.
+pub(super) fn tile_rows(x: &Value, lanes: usize, order: &[usize], out: &TensorType) -> Result<Buffer, String> {
+    let (tiles, rest) = (out.shape[0], &x.ty.shape[1..]);
+    let (row, last) = (rest.iter().product::<usize>(), rest[rest.len() - 1]);
+    let offsets: Vec<usize> = match order {
+        [] => (0..x.ty.num_elements()).collect(),
+        _ => (0..x.ty.num_elements()).map(|i| i - i % last + order[i % last]).collect(),
+    };
+    let padded = Value {
+        ty: TensorType::new([&[tiles, lanes][..], rest].concat(), x.ty.dtype),
+        data: each_buffer!(&take(&x.data, &offsets), v => {
+            let mut all = v.to_vec();
+            all.resize(tiles * lanes * row, Default::default());
+            Ok::<_, String>(Elem::wrap(all))
+        })?,
+    };
+    let permutation: Vec<usize> = [0].into_iter().chain(2..rest.len() + 2).chain([1]).collect();
+    Ok(transpose(&padded, &permutation))
+}
+
 /// Result index `i` reads operand index `i` with `size - 1 - i[d]` along
 /// each of `dims`.
 pub(super) fn reverse(x: &Value, dims: &[usize]) -> Buffer {

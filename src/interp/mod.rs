@@ -454,6 +454,7 @@ fn eval(
         // Row-major data reinterpreted under the new shape.
         Op::Reshape => Ok(arg(0).data.clone()),
         Op::Transpose { permutation } => Ok(layout::transpose(arg(0), permutation)),
+        Op::TileRows { lanes, order } => layout::tile_rows(arg(0), *lanes, order, ty),
         Op::Reverse { dimensions } => Ok(layout::reverse(arg(0), dimensions)),
         Op::BroadcastInDim { broadcast_dimensions } => Ok(layout::broadcast_in_dim(arg(0), broadcast_dimensions, ty)),
         Op::Concatenate { dimension } => {

@@ -25,7 +25,6 @@ use melior::dialect::func;
 use melior::ir::attribute::{IntegerAttribute, StringAttribute, TypeAttribute};
 use melior::ir::r#type::{FunctionType, IntegerType};
 use melior::ir::{Block, BlockLike, Location, Region, RegionLike, Type, Value};
-use std::cell::OnceCell;
 
 /// The functions a greedy loop calls, and how many positions the cache has.
 pub struct GreedyLoop<'g> {
@@ -73,7 +72,7 @@ pub(super) fn lower_generate(
     {
         let prompt: Value = block.argument(0).expect("generate has two arguments").into();
         let n_new: Value = block.argument(1).expect("generate has two arguments").into();
-        let function = Function { dynamic_source: None, dynamic_size: OnceCell::new(), dynamic_index: OnceCell::new() };
+        let function = Function::without_inputs();
         let e = Emitter { session, scope, block: &block, function: &function, node: "generate", op: "generate" };
         let int = |v: i64| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v), loc));
         let (zero, one) = (int(0)?, int(1)?);

@@ -1,4 +1,5 @@
-//! Lowers reshape, transpose, broadcast_in_dim, concatenate, slice and pad.
+//! Lowers reshape, transpose, tile_rows, broadcast_in_dim, concatenate,
+//! slice and pad.
 
 use super::dialects::{stablehlo, tensor};
 use super::{Emitter, LowerError};
@@ -59,6 +60,63 @@ pub(super) fn lower_transpose<'c, 'a>(
     result: Type<'c>,
 ) -> Result<Value<'c, 'a>, LowerError> {
     e.emit(stablehlo::transpose(e.ctx(), result, operand, e.i64_array(permutation), e.loc()))
+}
+
+/// `tile_rows` as ops: the last dim reordered (a slice per run of
+/// consecutive indices, concatenated), the rows padded with zeros to whole
+/// tiles, split into `[tiles, lanes, ...]`, and each tile's rows moved last.
+/// Where the operand is a param, the lowering computes this once, at load
+/// (`param::load_tiled`).
+pub(super) fn lower_tile_rows<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    operand: Value<'c, 'a>,
+    operand_type: &TensorType,
+    lanes: usize,
+    order: &[usize],
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let (rows, rest) = operand_type.shape.split_first().ok_or_else(|| e.error("tile_rows of a scalar"))?;
+    let last = operand_type.rank() - 1;
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &i in order {
+        match runs.last_mut() {
+            Some((_, end)) if *end == i => *end += 1,
+            _ => runs.push((i, i + 1)),
+        }
+    }
+    let operand = match runs[..] {
+        [] | [(0, _)] => operand,
+        _ => {
+            let pieces = runs
+                .iter()
+                .map(|&(start, end)| {
+                    let mut from = vec![0; operand_type.rank()];
+                    let mut to = operand_type.shape.clone();
+                    (from[last], to[last]) = (start, end);
+                    let mut piece = operand_type.clone();
+                    piece.shape[last] = end - start;
+                    let strides = vec![1; from.len()];
+                    lower_slice(e, operand, operand_type, &from, &to, &strides, e.tensor_type(&piece))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            lower_concatenate(e, &pieces, last, e.tensor_type(operand_type))?
+        }
+    };
+    let tiles = ty.shape[0];
+    let padded_type = TensorType::new([&[tiles * lanes][..], rest].concat(), ty.dtype);
+    let padded = if tiles * lanes == *rows {
+        operand
+    } else {
+        let zero = super::constant::lower_constant(e, 0.0, &TensorType::new([], ty.dtype))?;
+        let mut high = vec![0; rest.len() + 1];
+        high[0] = tiles * lanes - rows;
+        let low = vec![0; high.len()];
+        lower_pad(e, operand, zero, [&low, &high, &low], e.tensor_type(&padded_type))?
+    };
+    let split = TensorType::new([&[tiles, lanes][..], rest].concat(), ty.dtype);
+    let split = e.emit(stablehlo::reshape(e.ctx(), e.tensor_type(&split), padded, e.loc()))?;
+    let permutation: Vec<usize> = [0].into_iter().chain(2..rest.len() + 2).chain([1]).collect();
+    lower_transpose(e, split, &permutation, e.tensor_type(ty))
 }
 
 pub(super) fn lower_reverse<'c, 'a>(

@@ -42,7 +42,7 @@ use melior::ir::{
 };
 use melior::Context;
 use std::cell::{OnceCell, RefCell};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use thiserror::Error;
 
@@ -255,7 +255,7 @@ impl Session {
         self.take_diagnostics();
         let module = Module::new(Location::unknown(&self.context));
         let globals = param::declare_globals(self, &module, graphs, options, inits)?;
-        body(&Scope { module: &module, globals, callees: RefCell::default() })?;
+        body(&Scope { module: &module, globals, callees: RefCell::default(), tiled: RefCell::default() })?;
         if !module.as_operation().verify() {
             return Err(LowerError::Verify { diagnostics: self.take_diagnostics() });
         }
@@ -322,6 +322,14 @@ impl Session {
                     operands.push(value);
                 }
                 let operand_types: Vec<&TensorType> = node.operands.iter().map(|v| &graph.node(*v).ty).collect();
+                // A param's tiling is computed once, at load.
+                if let Op::TileRows { lanes, order } = &node.op {
+                    if let Some((name, param_ty)) = graph.param_root(node.operands[0]) {
+                        let tiling = param::Tiling { operand: operand_types[0], lanes: *lanes, order };
+                        values[index] = Some(param::load_tiled(&e, name, param_ty, &tiling, &node.ty)?);
+                        continue;
+                    }
+                }
                 values[index] = Some(e.lower_node(&node.op, &operands, &operand_types, &node.ty)?);
             }
             let outputs = graph
@@ -389,6 +397,9 @@ pub(crate) struct Scope<'c, 'm> {
     globals: Globals,
     /// Private functions appended for composite ops so far, by symbol.
     callees: RefCell<HashSet<String>>,
+    /// The globals holding params tiled by rows, computed at load
+    /// ([`param::load_tiled`]): symbol by param name and tiled type.
+    tiled: RefCell<HashMap<(String, String), String>>,
 }
 
 /// `value` through a `util.optimization_barrier` carrying IREE's data-tiling
@@ -532,6 +543,14 @@ pub(crate) struct Function<'c, 'a> {
     dynamic_size: OnceCell<Value<'c, 'a>>,
     /// That size as an `index`, for `tensor.expand_shape`.
     dynamic_index: OnceCell<Value<'c, 'a>>,
+}
+
+impl Function<'_, '_> {
+    /// A body with no `?` size: a composite op's private function, an
+    /// initializer.
+    fn without_inputs() -> Self {
+        Function { dynamic_source: None, dynamic_size: OnceCell::new(), dynamic_index: OnceCell::new() }
+    }
 }
 
 /// Appends the ops of one graph node to the function body.
@@ -704,6 +723,9 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Select => elementwise::lower_select(self, operands, result),
             Op::Reshape => layout::lower_reshape(self, operands[0], operand_types[0], ty),
             Op::Transpose { permutation } => layout::lower_transpose(self, operands[0], permutation, result),
+            Op::TileRows { lanes, order } => {
+                layout::lower_tile_rows(self, operands[0], operand_types[0], *lanes, order, ty)
+            }
             Op::Reverse { dimensions } => layout::lower_reverse(self, operands[0], dimensions, result),
             Op::BroadcastInDim { broadcast_dimensions } => {
                 layout::lower_broadcast_in_dim(self, operands[0], operand_types[0], broadcast_dimensions, ty)

@@ -13,10 +13,15 @@
 //! stored as the signless type of its width and bitcast after the load.
 
 use super::dialects::{stablehlo, util};
-use super::{tensor_type, Emitter, LowerError, LowerOptions, Session};
+use super::layout::lower_tile_rows;
+use super::{tensor_type, Emitter, Function, LowerError, LowerOptions, Session};
 use crate::graph::{DType, Graph, TensorType};
 use melior::ir::attribute::{FlatSymbolRefAttribute, StringAttribute, TypeAttribute};
-use melior::ir::{Attribute, BlockLike, Location, Module, TypeLike, Value};
+use melior::ir::operation::OperationBuilder;
+use melior::ir::r#type::FunctionType;
+use melior::ir::{
+    Attribute, Block, BlockLike, Identifier, Location, Module, Operation, Region, RegionLike, TypeLike, Value,
+};
 use melior::{Context, StringRef};
 use std::collections::{HashMap, HashSet};
 
@@ -139,6 +144,106 @@ pub(crate) fn load_global<'c, 'a>(
         return Ok(value);
     }
     e.emit(stablehlo::bitcast_convert(e.ctx(), e.tensor_type(ty), value, e.loc()))
+}
+
+/// A `tile_rows` of a param: the param reshaped to `operand`, tiled by
+/// `lanes` rows with its last dim in `order`.
+pub(crate) struct Tiling<'o> {
+    pub operand: &'o TensorType,
+    pub lanes: usize,
+    pub order: &'o [usize],
+}
+
+/// `tiling` of param `name` (of type `param_ty`) as `ty`, from a global
+/// that an initializer computes once, at load, from the param's own global:
+/// a decode step's `packed_matvec` then reads the tiled bytes where they
+/// lie, and the checkpoint's bytes are read once. Each (param, tiling) has
+/// one global, whichever function asks first.
+pub(crate) fn load_tiled<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    name: &str,
+    param_ty: &TensorType,
+    tiling: &Tiling<'_>,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let stored = storage_type(ty);
+    let key = (name.to_string(), format!("{} {:?} {ty}", tiling.operand, tiling.order));
+    let existing = e.scope.tiled.borrow().get(&key).cloned();
+    let symbol = match existing {
+        Some(symbol) => symbol,
+        None => {
+            let base = e.scope.globals.symbol(name).ok_or_else(|| e.error(format!("param \"{name}\" has no global")))?;
+            let count = e.scope.tiled.borrow().keys().filter(|(n, _)| n == name).count();
+            let lanes = tiling.lanes;
+            let symbol = match count {
+                0 => format!("{base}.tiles{lanes}"),
+                n => format!("{base}.tiles{lanes}_{n}"),
+            };
+            declare_tiled(e, &symbol, name, param_ty, tiling, ty)?;
+            e.scope.tiled.borrow_mut().insert(key, symbol.clone());
+            symbol
+        }
+    };
+    let symbol = FlatSymbolRefAttribute::new(e.ctx(), &symbol);
+    let value = e.emit(util::global_load(e.ctx(), e.tensor_type(&stored), symbol, e.loc()))?;
+    if stored == *ty {
+        return Ok(value);
+    }
+    e.emit(stablehlo::bitcast_convert(e.ctx(), e.tensor_type(ty), value, e.loc()))
+}
+
+/// `util.global private @symbol` and the `util.initializer` that stores
+/// [`load_tiled`]'s tiling into it.
+fn declare_tiled<'c>(
+    e: &Emitter<'c, '_>,
+    symbol: &str,
+    name: &str,
+    param_ty: &TensorType,
+    tiling: &Tiling<'_>,
+    ty: &TensorType,
+) -> Result<(), LowerError> {
+    let operand = tiling.operand;
+    let ctx = e.ctx();
+    let loc = e.loc();
+    let stored = storage_type(ty);
+    let build = |builder: OperationBuilder<'c>, what: &str| -> Result<Operation<'c>, LowerError> {
+        builder.build().map_err(|err| e.error(format!("{what}: {err}")))
+    };
+    let attr = |key: &str, value: Attribute<'c>| (Identifier::new(ctx, key), value);
+    let global = OperationBuilder::new("util.global", loc).add_attributes(&[
+        attr("sym_name", StringAttribute::new(ctx, symbol).into()),
+        attr("sym_visibility", StringAttribute::new(ctx, "private").into()),
+        attr("type", TypeAttribute::new(tensor_type(ctx, &stored)).into()),
+    ]);
+    e.scope.module.body().append_operation(build(global, "util.global")?);
+    let block = Block::new(&[]);
+    {
+        let function = Function::without_inputs();
+        let init = Emitter { block: &block, function: &function, op: "tile_rows", ..*e };
+        let value = load_global(&init, &e.scope.globals, name, param_ty)?;
+        let value = match param_ty == operand {
+            true => value,
+            false => init.emit(stablehlo::reshape(ctx, init.tensor_type(operand), value, loc))?,
+        };
+        let tiled = lower_tile_rows(&init, value, operand, tiling.lanes, tiling.order, ty)?;
+        let tiled = match stored == *ty {
+            true => tiled,
+            false => init.emit(stablehlo::bitcast_convert(ctx, init.tensor_type(&stored), tiled, loc))?,
+        };
+        let store = OperationBuilder::new("util.global.store", loc)
+            .add_operands(&[tiled])
+            .add_attributes(&[attr("global", FlatSymbolRefAttribute::new(ctx, symbol).into())]);
+        block.append_operation(build(store, "util.global.store")?);
+        block.append_operation(build(OperationBuilder::new("util.return", loc), "util.return")?);
+    }
+    let region = Region::new();
+    region.append_block(block);
+    let function_type = FunctionType::new(ctx, &[], &[]);
+    let initializer = OperationBuilder::new("util.initializer", loc)
+        .add_attributes(&[attr("function_type", TypeAttribute::new(function_type.into()).into())])
+        .add_regions([region]);
+    e.scope.module.body().append_operation(build(initializer, "util.initializer")?);
+    Ok(())
 }
 
 /// One param's initial value.

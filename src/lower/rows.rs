@@ -29,7 +29,6 @@ use melior::dialect::func;
 use melior::ir::attribute::{IntegerAttribute, StringAttribute, TypeAttribute};
 use melior::ir::r#type::{FunctionType, IntegerType};
 use melior::ir::{Block, BlockLike, Location, Region, RegionLike, Type, Value};
-use std::cell::OnceCell;
 
 /// The graphs a row loop calls: one function of rows traced at several
 /// row counts, largest first, the last at one row. Every input and the one
@@ -100,7 +99,7 @@ pub(super) fn lower_row_loop(session: &Session, scope: &Scope<'_, '_>, spec: &Ro
     {
         let inputs: Vec<Value> =
             (0..input_tys.len()).map(|i| block.argument(i).expect("one argument per input").into()).collect();
-        let function = Function { dynamic_source: None, dynamic_size: OnceCell::new(), dynamic_index: OnceCell::new() };
+        let function = Function::without_inputs();
         let e = Emitter { session, scope, block: &block, function: &function, node: spec.name, op: "row loop" };
         let int = |v: usize| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v as i64), loc));
 
@@ -187,7 +186,7 @@ fn row_loop<'c, 'a>(
 
     // The loop's blocks are not the caller's: their own `Function`, whose
     // values live in them.
-    let function = Function { dynamic_source: None, dynamic_size: OnceCell::new(), dynamic_index: OnceCell::new() };
+    let function = Function::without_inputs();
     let (cond_region, body_region) = (Region::new(), Region::new());
     let cond = cond_region.append_block(Block::new(&block_args));
     {

@@ -10,7 +10,8 @@ use super::{ModelError, Result};
 use crate::graph::{DType, TensorType};
 use crate::interp::{InterpError, ParamSource, Value};
 use crate::trace::nn::to_f32;
-use crate::trace::{dequant, Tensor, Tracer};
+use crate::trace::dequant::{self, packed_byte_order, PACKED_LANES};
+use crate::trace::{Tensor, Tracer};
 use crate::weights::archive::{self, DerivedParam, Encoding};
 use crate::weights::ggml::GgmlType;
 use crate::weights::gguf::{Gguf, GgufTensor};
@@ -193,7 +194,7 @@ impl<D: AsRef<[u8]>> Checkpoint for GgufWeights<'_, D> {
         }
         let Declared { ty, packed, .. } = self.declare(&tensor)?;
         let raw = tracer.param(name, ty)?;
-        Ok(Weight { name: name.to_string(), raw, packed, shape })
+        Ok(Weight { name: name.to_string(), raw, packed, shape, tiles: None })
     }
 
     fn contains(&self, name: &str) -> bool {
@@ -234,6 +235,12 @@ pub struct Weight<'t> {
     pub packed: Option<GgmlType>,
     /// Row-major logical shape (`[out, in]` for a matrix).
     pub shape: Vec<usize>,
+    /// A packed matrix's blocks tiled by rows (`[tiles, blocks, type_size,
+    /// PACKED_LANES]`, what `packed_matvec` reads) where they are a slice of
+    /// a larger tiling: a matrix of a stack ([`Weight::select`]) or a block
+    /// of rows ([`Weight::row_blocks`]) of a param, whose tiling IREE then
+    /// computes once at load. `None`: tile `raw` itself ([`Weight::tiles`]).
+    pub tiles: Option<Tensor<'t>>,
 }
 
 impl<'t> Weight<'t> {
@@ -317,10 +324,23 @@ impl<'t> Weight<'t> {
                 None => self.raw.reshape(&[rows, cols])?.slice(&[i * block, 0], &[(i + 1) * block, cols], &[1, 1])?,
             })
         };
+        // Blocks of whole tiles are slices of the whole matrix's tiling.
+        let whole = match self.packed {
+            Some(_) if block.is_multiple_of(PACKED_LANES) => Some(self.tiles_of(rows, cols)?),
+            _ => None,
+        };
         (0..n)
             .map(|i| {
                 let name = format!("{}[{i}]", self.name);
-                Ok(Weight { name, raw: part(i)?, packed: self.packed, shape: vec![block, cols] })
+                let tiles = match &whole {
+                    Some(t) => {
+                        let (per, mut limit) = (block / PACKED_LANES, t.ty.shape.clone());
+                        limit[0] = (i + 1) * per;
+                        Some(t.slice(&[i * per, 0, 0, 0], &limit, &[1; 4])?)
+                    }
+                    None => None,
+                };
+                Ok(Weight { name, raw: part(i)?, packed: self.packed, shape: vec![block, cols], tiles })
             })
             .collect()
     }
@@ -338,14 +358,45 @@ impl<'t> Weight<'t> {
             )));
         };
         let zero = index.tracer().constant(0.0, index.ty.clone())?;
-        let raw = match self.packed {
+        let (raw, tiles) = match self.packed {
             Some(_) => {
                 let len = self.raw.ty.shape[0] / n;
-                self.raw.reshape(&[n, len])?.dynamic_slice(&[index, &zero], &[1, len])?.reshape(&[len])?
+                let raw = self.raw.reshape(&[n, len])?.dynamic_slice(&[index, &zero], &[1, len])?.reshape(&[len])?;
+                // Matrices of whole tiles: that matrix's tiles of the stack's.
+                let tiles = match rows.is_multiple_of(PACKED_LANES) {
+                    true => {
+                        let whole = self.tiles_of(n * rows, cols)?;
+                        let per = index.tracer().constant((rows / PACKED_LANES) as f64, index.ty.clone())?;
+                        let mut sizes = whole.ty.shape.clone();
+                        sizes[0] = rows / PACKED_LANES;
+                        Some(whole.dynamic_slice(&[&index.multiply(&per)?, &zero, &zero, &zero], &sizes)?)
+                    }
+                    false => None,
+                };
+                (raw, tiles)
             }
-            None => self.raw.dynamic_slice(&[index, &zero, &zero], &[1, rows, cols])?.reshape(&[rows, cols])?,
+            None => (self.raw.dynamic_slice(&[index, &zero, &zero], &[1, rows, cols])?.reshape(&[rows, cols])?, None),
         };
-        Ok(Weight { name: format!("{}[?]", self.name), raw, packed: self.packed, shape: vec![rows, cols] })
+        Ok(Weight { name: format!("{}[?]", self.name), raw, packed: self.packed, shape: vec![rows, cols], tiles })
+    }
+
+    /// This packed matrix's blocks tiled by rows, as `packed_matvec` reads
+    /// them: [`Weight::tiles`] where set, else a tiling of `raw`.
+    fn tiled(&self) -> Result<Tensor<'t>> {
+        match &self.tiles {
+            Some(tiles) => Ok(tiles.clone()),
+            None => {
+                let [rows, cols] = self.matrix()?;
+                self.tiles_of(rows, cols)
+            }
+        }
+    }
+
+    /// `raw`, packed blocks of `rows` rows of `cols` values, tiled by rows.
+    fn tiles_of(&self, rows: usize, cols: usize) -> Result<Tensor<'t>> {
+        let ty = self.packed.ok_or_else(|| ModelError::Config(format!("{}: not packed", self.name)))?;
+        let blocks = [rows, cols / ty.block_size(), ty.type_size()];
+        Ok(self.raw.reshape(&blocks)?.tile_rows(PACKED_LANES, &packed_byte_order(ty))?)
     }
 }
 
@@ -382,13 +433,13 @@ pub fn linear_each<'t>(weights: &[&Weight<'t>], x: &Tensor<'t>) -> Result<Vec<Te
 /// [`streamed_together`] with `x`, split into a product per matrix.
 fn packed_products<'t>(weights: &[&Weight<'t>], ty: GgmlType, x: &Tensor<'t>) -> Result<Vec<Tensor<'t>>> {
     let [out, inp] = weights[0].matrix()?;
-    let blocks = [out, inp / ty.block_size(), ty.type_size()];
-    let raws = weights.iter().map(|w| w.raw.reshape(&blocks)).collect::<std::result::Result<Vec<_>, _>>()?;
-    let y = dequant::packed_matvec(&raws.iter().collect::<Vec<_>>(), ty, &x.reshape(&[1, inp])?)?;
+    let tiles = weights.iter().map(|w| w.tiled()).collect::<Result<Vec<_>>>()?;
+    let y = dequant::packed_matvec(&tiles.iter().collect::<Vec<_>>(), ty, &x.reshape(&[1, inp])?)?;
     let shape = [&x.ty.shape[..x.ty.rank() - 1], &[out][..]].concat();
-    match weights.len() {
-        1 => Ok(vec![y.reshape(&shape)?]),
-        n => (0..n).map(|i| Ok(y.slice(&[i, 0], &[i + 1, out], &[1, 1])?.reshape(&shape)?)).collect(),
+    // Rows past `out` fill the last tile.
+    match (weights.len(), y.ty.shape[1] == out) {
+        (1, true) => Ok(vec![y.reshape(&shape)?]),
+        (n, _) => (0..n).map(|i| Ok(y.slice(&[i, 0], &[i + 1, out], &[1, 1])?.reshape(&shape)?)).collect(),
     }
 }
 
@@ -421,7 +472,7 @@ mod tests {
             let x = t.input(&format!("x{i}"), TensorType::new([rows, k], DType::F32)).unwrap();
             let bytes = ty.byte_len((OUT * k) as u64).unwrap() as usize;
             let raw = t.param(&format!("w{i}"), TensorType::new([bytes], DType::I8)).unwrap();
-            let w = Weight { name: format!("w{i}"), raw, packed: Some(ty), shape: vec![OUT, k] };
+            let w = Weight { name: format!("w{i}"), raw, packed: Some(ty), shape: vec![OUT, k], tiles: None };
             outs.push(if fused { w.linear(&x).unwrap() } else { x.linear(&w.f32().unwrap()).unwrap() });
         }
         t.finish(&outs.iter().collect::<Vec<_>>()).unwrap()

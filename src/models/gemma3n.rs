@@ -451,7 +451,7 @@ fn per_layer_view<'t>(table: Weight<'t>, c: &Config) -> Result<Weight<'t>> {
         Some(_) => table.raw,
         None => table.raw.reshape(&[rows, width])?,
     };
-    Ok(Weight { raw, shape: vec![rows, width], ..table })
+    Ok(Weight { raw, shape: vec![rows, width], tiles: None, ..table })
 }
 
 /// `y [seq, D]` rescaled to `target [seq]`, the magnitude of the stream it

@@ -248,7 +248,7 @@ impl Checkpoint for SafetensorsWeights<'_> {
             });
         }
         let raw = tracer.param(tensor.name, self.param_type(&tensor)?)?;
-        Ok(Weight { name: tensor.name.to_string(), raw, packed: None, shape: tensor.shape.to_vec() })
+        Ok(Weight { name: tensor.name.to_string(), raw, packed: None, shape: tensor.shape.to_vec(), tiles: None })
     }
 
     /// A tied checkpoint has no head of its own even when it stores

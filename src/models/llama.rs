@@ -630,7 +630,7 @@ mod tests {
         let inits = crate::lower::ParamInits::default();
         let module = session.lower_functions(&[prefill_fn, decode_fn], &LowerOptions::default(), &inits).unwrap();
         let text = crate::lower::print(&module).unwrap();
-        assert_eq!(text.matches("\"util.global\"()").count(), gguf.tensors().len());
+        assert_eq!(text.matches("\"util.global\"() {initial_value").count(), gguf.tensors().len());
         assert!(text.contains("func.func @prefill(%arg0: tensor<1x?xi32>) -> (tensor<1x1x16xf32>, tensor<2x2x8x8xf32>, tensor<2x2x8x8xf32>)"), "{text}");
         assert!(text.contains("func.func @decode(%arg0: tensor<1x1xi32>, %arg1: tensor<i32>, %arg2: tensor<2x2x8x8xf32>, %arg3: tensor<2x2x8x8xf32>)"));
     }

@@ -200,7 +200,7 @@ mod tests {
         let t = Tracer::new("main");
         let raw = t.input("stack", TensorType::new([3, 2, 2], DType::F32)).unwrap();
         let index = t.input("index", TensorType::new([], DType::I32)).unwrap();
-        let stack = Weight { name: "stack".into(), raw, packed: None, shape: vec![3, 2, 2] };
+        let stack = Weight { name: "stack".into(), raw, packed: None, shape: vec![3, 2, 2], tiles: None };
         let picked = stack.select(&index).unwrap();
         assert_eq!(picked.shape, [2, 2]);
         let g = t.finish(&[&picked.raw]).unwrap();

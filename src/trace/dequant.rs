@@ -41,7 +41,7 @@ use super::{Tensor, TraceError};
 use crate::graph::{DType, Op, TensorType};
 use crate::weights::ggml::{GgmlType, QK_K};
 
-pub use crate::graph::ops::dequantize::supported;
+pub use crate::graph::ops::dequantize::{packed_byte_order, supported};
 
 type Result<T> = std::result::Result<T, TraceError>;
 
@@ -53,9 +53,15 @@ pub fn dequantize<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result
     raw.tracer.push("", Op::Dequantize { ggml: ty }, &[raw], Some(TensorType::new(shape.to_vec(), DType::F32)))
 }
 
+/// Rows per tile of the packed matrices [`packed_matvec`] reads: one AVX-512
+/// register of f32 holds one value of each.
+pub const PACKED_LANES: usize = 16;
+
 /// `x [1, k]` times the transpose of each packed matrix of `matrices`, whose
-/// blocks are `[rows, blocks, type_size]` (one type and shape): `[n, rows]`,
-/// row `i` from `matrices[i]` (see `Op::PackedMatvec`).
+/// blocks are tiled by rows, `[tiles, blocks, type_size, PACKED_LANES]` (one
+/// type and shape; [`crate::trace::Tensor::tile_rows`] of `[rows, blocks,
+/// type_size]`): `[n, tiles · PACKED_LANES]`, row `i` from `matrices[i]`
+/// (see `Op::PackedMatvec`).
 pub fn packed_matvec<'t>(matrices: &[&Tensor<'t>], ty: GgmlType, x: &Tensor<'t>) -> Result<Tensor<'t>> {
     let Some(first) = matrices.first() else {
         return Err(TraceError::Op { op: "packed_matvec", message: "needs at least one matrix".into() });
@@ -771,7 +777,7 @@ mod tests {
                     mxfp4_rows(&mut raw, blocks);
                 }
                 let p = t.param(&format!("w{i}_{m}"), TensorType::new([raw.len()], dtype)).unwrap();
-                matrices.push(p.reshape(&[ROWS, blocks, ty.type_size()]).unwrap());
+                matrices.push(p.reshape(&[ROWS, blocks, ty.type_size()]).unwrap().tile_rows(PACKED_LANES, &packed_byte_order(ty)).unwrap());
                 raws.push((format!("w{i}_{m}"), dtype, raw));
             }
             let x = t.input(&format!("x{i}"), TensorType::new([1, 512], DType::F32)).unwrap();
@@ -812,10 +818,12 @@ mod tests {
 
         let mut failures = Vec::new();
         let mut matrices = raws.iter();
+        // Each matrix's ROWS rows, without the last tile's padding.
+        let rows = |v: Vec<f64>| -> Vec<f64> { v.chunks(ROWS.next_multiple_of(PACKED_LANES)).flat_map(|r| r[..ROWS].to_vec()).collect() };
         for (i, &ty) in TYPES.iter().enumerate() {
             let x = xs[i].to_f64_vec();
-            let got_iree = npy::read(&out_paths[i]).unwrap().to_f64_vec();
-            let got_interp = interp_out[i].to_f64_vec();
+            let got_iree = rows(npy::read(&out_paths[i]).unwrap().to_f64_vec());
+            let got_interp = rows(interp_out[i].to_f64_vec());
             let raw: Vec<&[u8]> =
                 (0..1 + i % 2).map(|_| matrices.next().expect("one per matrix").2.as_slice()).collect();
             let w: Vec<f32> = raw.iter().flat_map(|raw| quant::dequantize_to_vec(ty, raw).unwrap()).collect();

@@ -294,6 +294,14 @@ impl<'t> Tensor<'t> {
         self.tracer.push("", Op::Transpose { permutation: permutation.to_vec() }, &[self], None)
     }
 
+    /// `[rows, ..., n]` as tiles of `lanes` rows, the row innermost and the
+    /// last dim in `order` (a permutation of `0..n`, or empty to keep it):
+    /// `[ceil(rows / lanes), ..., n, lanes]`, zeros past the last row
+    /// (`Op::TileRows`).
+    pub fn tile_rows(&self, lanes: usize, order: &[usize]) -> Result<Tensor<'t>, TraceError> {
+        self.tracer.push("", Op::TileRows { lanes, order: order.to_vec() }, &[self], None)
+    }
+
     /// The same elements, their order along each of `dimensions` reversed.
     pub fn reverse(&self, dimensions: &[usize]) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::Reverse { dimensions: dimensions.to_vec() }, &[self], None)

@@ -91,9 +91,33 @@ pub fn infer_dequantize(ggml: GgmlType, raw: &TensorType, declared: &TensorType)
     Ok(declared.clone())
 }
 
-/// `[n, rows]` f32 for `n` matrices `raws`, each `[rows, blocks,
-/// type_size]` `i8`/`ui8` of one shape, and `x` `[1, blocks * block_size]`
-/// f32.
+/// The order of a block's bytes in `packed_matvec`'s operands (the last dim
+/// of [`super::Op::TileRows`], empty where ggml's own): the order in which
+/// its decoding reads them, so that a product streams each row's blocks
+/// front to back. Q6_K's reads its 16 scales and `d` first, then its bits
+/// in four runs of `qh`, `ql` low and `ql` high 16 bytes each, where ggml
+/// keeps all of `ql`, then `qh`, then the scales: in ggml's order a decode
+/// step's Q6_K products streamed at half the rate (8192 x 2048 matrices,
+/// 12.5 against 6.9 GB/s). Q2_K and Q3_K read their scales and `d` first.
+pub fn packed_byte_order(ggml: GgmlType) -> Vec<usize> {
+    match ggml {
+        GgmlType::Q6_K => {
+            let mut order: Vec<usize> = (208..210).chain(192..208).collect();
+            for (n, s) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                let run = |at: usize| at..at + 16;
+                order.extend(run(128 + 32 * n + 16 * s).chain(run(64 * n + 16 * s)).chain(run(64 * n + 32 + 16 * s)));
+            }
+            order
+        }
+        GgmlType::Q2_K => (80..84).chain(0..80).collect(),
+        GgmlType::Q3_K => (96..110).chain(0..96).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `[n, tiles · lanes]` f32 for `n` matrices `raws`, each tiled blocks
+/// `[tiles, blocks, type_size, lanes]` `i8`/`ui8` of one shape, and `x` `[1,
+/// blocks * block_size]` f32.
 pub fn infer_packed_matvec(ggml: GgmlType, raws: &[&TensorType], x: &TensorType) -> Result<TensorType, ShapeError> {
     const OP: &str = "packed_matvec";
     if !supported(ggml) {
@@ -112,20 +136,24 @@ pub fn infer_packed_matvec(ggml: GgmlType, raws: &[&TensorType], x: &TensorType)
             format!("{ggml}: the matrices share one type, found {raw} and {other}"),
         ));
     }
-    let blocks = match raw.shape[..] {
-        [rows, blocks, size]
+    let (tiles, blocks, lanes) = match raw.shape[..] {
+        [tiles, blocks, size, lanes]
             if matches!(raw.dtype, DType::I8 | DType::UI8)
                 && !raw.is_dynamic()
-                && rows > 0
+                && tiles > 0
+                && lanes > 0
                 && size == ggml.type_size() =>
         {
-            blocks
+            (tiles, blocks, lanes)
         }
         _ => {
             return Err(ShapeError::new(
                 OP,
                 "kiln",
-                format!("{ggml}: expects blocks as static i8 or ui8 [rows, blocks, {}], found {raw}", ggml.type_size()),
+                format!(
+                    "{ggml}: expects blocks tiled by rows (tile_rows) as static i8 or ui8 [tiles, blocks, {}, lanes], found {raw}",
+                    ggml.type_size()
+                ),
             ))
         }
     };
@@ -133,7 +161,7 @@ pub fn infer_packed_matvec(ggml: GgmlType, raws: &[&TensorType], x: &TensorType)
     if x.dtype != DType::F32 || x.shape[..] != [1, k] {
         return Err(ShapeError::new(OP, "kiln", format!("{ggml}: {raw} needs x as tensor<1x{k}xf32>, found {x}")));
     }
-    Ok(TensorType::new([raws.len(), raw.shape[0]], DType::F32))
+    Ok(TensorType::new([raws.len(), tiles * lanes], DType::F32))
 }
 
 #[cfg(test)]

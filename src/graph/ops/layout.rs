@@ -51,6 +51,27 @@ pub fn infer_transpose(operand: &TensorType, permutation: &[usize]) -> Result<Te
     Ok(TensorType::new(shape, operand.dtype))
 }
 
+/// `tile_rows`: a static operand of rank 2 or more, `lanes > 0`, and
+/// `order` empty or a permutation of the last dim.
+pub fn infer_tile_rows(operand: &TensorType, lanes: usize, order: &[usize]) -> Result<TensorType, ShapeError> {
+    let op = "tile_rows";
+    let Some((&rows, rest)) = operand.shape.split_first().filter(|_| !operand.is_dynamic() && operand.rank() >= 2)
+    else {
+        return Err(ShapeError::new(op, "kiln", format!("expects a static operand of rank 2 or more, found {operand}")));
+    };
+    if lanes == 0 {
+        return Err(ShapeError::new(op, "kiln", "lanes must be at least 1"));
+    }
+    let last = rest[rest.len() - 1];
+    let mut sorted = order.to_vec();
+    sorted.sort_unstable();
+    if !order.is_empty() && !sorted.iter().copied().eq(0..last) {
+        return Err(ShapeError::new(op, "kiln", format!("order {order:?} is not a permutation of 0..{last}")));
+    }
+    let shape = [&[rows.div_ceil(lanes)][..], rest, &[lanes]].concat();
+    Ok(TensorType::new(shape, operand.dtype))
+}
+
 /// reverse_c2..c3: `dimensions` unique and in range; the type is kept.
 pub fn infer_reverse(operand: &TensorType, dimensions: &[usize]) -> Result<TensorType, ShapeError> {
     check_dims("reverse", "C2", "dimensions", dimensions, operand.rank())?;

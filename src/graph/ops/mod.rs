@@ -136,12 +136,28 @@ pub enum Op {
         /// The blocks' ggml type.
         ggml: GgmlType,
     },
+    /// `[rows, d1, ..., dk]` as tiles of `lanes` rows with the row
+    /// innermost, the last dim reordered: `[ceil(rows / lanes), d1, ...,
+    /// dk', lanes]`, element `[t, i1, ..., ik, l]` being operand element
+    /// `[t · lanes + l, i1, ..., order[ik]]`, or zero past the last row. The
+    /// layout `packed_matvec` reads: one vector load takes the same byte of
+    /// `lanes` rows, and a block's bytes lie in the order it reads them.
+    TileRows {
+        /// Rows per tile.
+        lanes: usize,
+        /// The operand's last dim in the result's order, a permutation of
+        /// it; empty keeps it.
+        order: Vec<usize>,
+    },
     /// `x [1, k]` f32 times the transpose of each of `n` packed `[rows, k]`
-    /// matrices of one type, given as their blocks `[rows, blocks,
-    /// type_size]` (operands: the `n` matrices, then `x`): `[n, rows]` f32,
-    /// row `i` from matrix `i`, dequantizing as it streams the blocks (a
-    /// decode step's products; matrices that share `x` are streamed
-    /// together).
+    /// matrices of one type, given as their blocks tiled by rows in the
+    /// type's byte order ([`Op::TileRows`] with
+    /// [`dequantize::packed_byte_order`]), `[tiles, blocks, type_size,
+    /// lanes]` (operands: the
+    /// `n` matrices, then `x`): `[n, tiles · lanes]` f32, row `i` from
+    /// matrix `i` (rows past the matrix's last are those of zero blocks),
+    /// dequantizing as it streams the blocks (a decode step's products;
+    /// matrices that share `x` are streamed together).
     PackedMatvec {
         /// The blocks' ggml type.
         ggml: GgmlType,
@@ -199,6 +215,7 @@ impl Op {
             Op::Select => "select",
             Op::Reshape => "reshape",
             Op::Transpose { .. } => "transpose",
+            Op::TileRows { .. } => "tile_rows",
             Op::Reverse { .. } => "reverse",
             Op::BroadcastInDim { .. } => "broadcast_in_dim",
             Op::Concatenate { .. } => "concatenate",
@@ -246,6 +263,7 @@ impl Op {
             | Op::Not
             | Op::Reshape
             | Op::Transpose { .. }
+            | Op::TileRows { .. }
             | Op::Reverse { .. }
             | Op::BroadcastInDim { .. }
             | Op::Slice { .. }
@@ -300,6 +318,7 @@ impl Op {
             Op::Select => elementwise::infer_select(operands[0], operands[1], operands[2]),
             Op::Reshape => layout::infer_reshape(operands[0], declared.expect("declared-type op")),
             Op::Transpose { permutation } => layout::infer_transpose(operands[0], permutation),
+            Op::TileRows { lanes, order } => layout::infer_tile_rows(operands[0], *lanes, order),
             Op::Reverse { dimensions } => layout::infer_reverse(operands[0], dimensions),
             Op::BroadcastInDim { broadcast_dimensions } => {
                 layout::infer_broadcast_in_dim(operands[0], broadcast_dimensions, declared.expect("declared-type op"))
@@ -358,6 +377,9 @@ impl Op {
             Op::Iota { iota_dimension } => vec![("iota_dimension", AttrValue::Int(*iota_dimension))],
             Op::Compare(d) => vec![("comparison_direction", AttrValue::Ident(d.as_str().into()))],
             Op::Transpose { permutation } => vec![("permutation", AttrValue::Ints(permutation.clone()))],
+            Op::TileRows { lanes, order } => {
+                vec![("lanes", AttrValue::Int(*lanes)), ("order", AttrValue::Ints(order.clone()))]
+            }
             Op::Reverse { dimensions } => vec![("dimensions", AttrValue::Ints(dimensions.clone()))],
             Op::BroadcastInDim { broadcast_dimensions } => {
                 vec![("broadcast_dimensions", AttrValue::Ints(broadcast_dimensions.clone()))]
@@ -406,6 +428,7 @@ impl Op {
             "select" => Op::Select,
             "reshape" => Op::Reshape,
             "transpose" => Op::Transpose { permutation: attrs.ints("permutation")? },
+            "tile_rows" => Op::TileRows { lanes: attrs.int("lanes")?, order: attrs.ints("order")? },
             "reverse" => Op::Reverse { dimensions: attrs.ints("dimensions")? },
             "broadcast_in_dim" => Op::BroadcastInDim { broadcast_dimensions: attrs.ints("broadcast_dimensions")? },
             "concatenate" => Op::Concatenate { dimension: attrs.int("dimension")? },
