@@ -41,7 +41,7 @@
 use super::constant::lower_constant;
 use super::dequantize::ggml_callee;
 use super::dialects::stablehlo;
-use super::layout::{lower_concatenate, lower_pad};
+use super::layout::lower_concatenate;
 use super::reduce::lower_reduce_all;
 use super::{Emitter, Function, FunctionKind, LowerError};
 use crate::graph::{DType, ReduceKind, TensorType};
@@ -140,27 +140,6 @@ fn emit_body<'c, 'a>(
     let bs = ggml.block_size();
     let x_ty = TensorType::new([blocks, bs], DType::F32);
     let x = e.emit(stablehlo::reshape(ctx, e.tensor_type(&x_ty), x, e.loc()))?;
-    // One block is padded with a zero block: with a unit reduction dim IREE
-    // 3.13 makes the product an elementwise dispatch that takes x's producer
-    // in, and passes its hundreds of operand offsets as push constants,
-    // over the runtime's limit of 64 (a 256-value K-quant row failed at
-    // load).
-    let (matrices, x, blocks) = match blocks {
-        1 => {
-            // `v` of type `ty` with dim `dim` padded from 1 to 2.
-            let pad = |v: Value<'c, 'a>, ty: &TensorType, dim: usize| -> Result<Value<'c, 'a>, LowerError> {
-                let mut padded = ty.clone();
-                padded.shape[dim] = 2;
-                let zero = lower_constant(e, 0.0, &TensorType::new([], ty.dtype))?;
-                let (mut high, low) = (vec![0; ty.rank()], vec![0; ty.rank()]);
-                high[dim] = 1;
-                lower_pad(e, v, zero, [&low, &high, &low], e.tensor_type(&padded))
-            };
-            let matrices = matrices.into_iter().map(|m| pad(m, &bytes_ty, 1)).collect::<Result<Vec<_>, _>>()?;
-            (matrices, pad(x, &x_ty, 0)?, 2)
-        }
-        _ => (matrices, x, blocks),
-    };
 
     let mut operands = Operands {
         e,

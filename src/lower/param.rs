@@ -137,6 +137,12 @@ pub(crate) fn load_global<'c, 'a>(
     ty: &TensorType,
 ) -> Result<Value<'c, 'a>, LowerError> {
     let symbol = globals.symbol(name).ok_or_else(|| e.error(format!("param \"{name}\" has no global")))?;
+    load_symbol(e, symbol, ty)
+}
+
+/// `util.global.load @symbol` of a global holding `ty` as its storage
+/// type ([`storage_type`]), as `ty`.
+fn load_symbol<'c, 'a>(e: &Emitter<'c, 'a>, symbol: &str, ty: &TensorType) -> Result<Value<'c, 'a>, LowerError> {
     let stored = storage_type(ty);
     let symbol = FlatSymbolRefAttribute::new(e.ctx(), symbol);
     let value = e.emit(util::global_load(e.ctx(), e.tensor_type(&stored), symbol, e.loc()))?;
@@ -166,7 +172,6 @@ pub(crate) fn load_tiled<'c, 'a>(
     tiling: &Tiling<'_>,
     ty: &TensorType,
 ) -> Result<Value<'c, 'a>, LowerError> {
-    let stored = storage_type(ty);
     let key = (name.to_string(), format!("{} {:?} {ty}", tiling.operand, tiling.order));
     let existing = e.scope.tiled.borrow().get(&key).cloned();
     let symbol = match existing {
@@ -184,12 +189,7 @@ pub(crate) fn load_tiled<'c, 'a>(
             symbol
         }
     };
-    let symbol = FlatSymbolRefAttribute::new(e.ctx(), &symbol);
-    let value = e.emit(util::global_load(e.ctx(), e.tensor_type(&stored), symbol, e.loc()))?;
-    if stored == *ty {
-        return Ok(value);
-    }
-    e.emit(stablehlo::bitcast_convert(e.ctx(), e.tensor_type(ty), value, e.loc()))
+    load_symbol(e, &symbol, ty)
 }
 
 /// `util.global private @symbol` and the `util.initializer` that stores

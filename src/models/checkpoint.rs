@@ -326,7 +326,7 @@ impl<'t> Weight<'t> {
         };
         // Blocks of whole tiles are slices of the whole matrix's tiling.
         let whole = match self.packed {
-            Some(_) if block.is_multiple_of(PACKED_LANES) => Some(self.tiles_of(rows, cols)?),
+            Some(_) if block.is_multiple_of(PACKED_LANES) && self.streams(cols) => Some(self.tiles_of(rows, cols)?),
             _ => None,
         };
         (0..n)
@@ -363,7 +363,7 @@ impl<'t> Weight<'t> {
                 let len = self.raw.ty.shape[0] / n;
                 let raw = self.raw.reshape(&[n, len])?.dynamic_slice(&[index, &zero], &[1, len])?.reshape(&[len])?;
                 // Matrices of whole tiles: that matrix's tiles of the stack's.
-                let tiles = match rows.is_multiple_of(PACKED_LANES) {
+                let tiles = match rows.is_multiple_of(PACKED_LANES) && self.streams(cols) {
                     true => {
                         let whole = self.tiles_of(n * rows, cols)?;
                         let per = index.tracer().constant((rows / PACKED_LANES) as f64, index.ty.clone())?;
@@ -392,6 +392,12 @@ impl<'t> Weight<'t> {
         }
     }
 
+    /// Whether rows of `cols` values of this packed weight can be a
+    /// `packed_matvec`'s (two blocks or more, [`streamed_together`]).
+    fn streams(&self, cols: usize) -> bool {
+        self.packed.is_some_and(|ty| cols / ty.block_size() >= 2)
+    }
+
     /// `raw`, packed blocks of `rows` rows of `cols` values, tiled by rows.
     fn tiles_of(&self, rows: usize, cols: usize) -> Result<Tensor<'t>> {
         let ty = self.packed.ok_or_else(|| ModelError::Config(format!("{}: not packed", self.name)))?;
@@ -401,7 +407,9 @@ impl<'t> Weight<'t> {
 }
 
 /// Whether [`linear_each`] makes one `packed_matvec` of `weights` times `x`:
-/// packed matrices of one type and shape times one static f32 row.
+/// packed matrices of one type and shape, rows of two blocks or more, times
+/// one static f32 row (a row of one block, a few dozen values, is
+/// dequantized: `packed_matvec` takes two blocks or more).
 pub fn streamed_together(weights: &[&Weight<'_>], x: &Tensor<'_>) -> bool {
     streamed_type(weights, x).is_some()
 }
@@ -415,7 +423,8 @@ fn streamed_type(weights: &[&Weight<'_>], x: &Tensor<'_>) -> Option<GgmlType> {
         && rank >= 1
         && matches!(first.shape[..], [_, inp] if x.ty.shape[rank - 1] == inp && x.ty.num_elements() == inp);
     let same = weights.iter().all(|w| w.packed == first.packed && w.shape == first.shape);
-    first.packed.filter(|_| one_row && same)
+    let streams = first.shape.last().is_some_and(|&inp| first.streams(inp));
+    first.packed.filter(|_| one_row && same && streams)
 }
 
 /// `x · Wᵀ` for each `[out, in]` matrix of `weights`, all taking `x [...,
@@ -459,7 +468,7 @@ mod tests {
         (GgmlType::Q8_0, 640),
         (GgmlType::Q5_0, 96),
         (GgmlType::Q4_K, 512),
-        (GgmlType::Q6_K, 256),
+        (GgmlType::Q6_K, 512),
     ];
     const OUT: usize = 24;
 
