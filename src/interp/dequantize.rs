@@ -2,7 +2,7 @@
 //! [`crate::trace::dequant`] is bit-exact with (tested there).
 
 use super::{Buffer, Value};
-use crate::graph::ops::dequantize::packed_byte_order;
+use crate::graph::ops::dequantize::{packed_byte_order, packed_byte_positions};
 use crate::graph::TensorType;
 use crate::weights::ggml::GgmlType;
 use crate::weights::quant;
@@ -34,11 +34,10 @@ pub(super) fn packed_matvec(ggml: GgmlType, matrices: &[&Value], x: &Value) -> R
         let ty = TensorType::new([tiles, lanes, blocks, size], tiled.ty.dtype);
         let rows = Value { ty: ty.clone(), data: super::layout::transpose(tiled, &[0, 3, 1, 2]) };
         // Each block's bytes back in ggml's order.
-        let raw = match packed_byte_order(ggml) {
-            order if order.is_empty() => rows,
-            order => {
-                let mut position = vec![0; size];
-                order.iter().enumerate().for_each(|(j, &o)| position[o] = j);
+        let raw = match packed_byte_order(ggml).is_empty() {
+            true => rows,
+            false => {
+                let position = packed_byte_positions(ggml, size);
                 let offsets: Vec<usize> = (0..ty.num_elements()).map(|i| i - i % size + position[i % size]).collect();
                 Value { ty, data: super::take(&rows.data, &offsets) }
             }

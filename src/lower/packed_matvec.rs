@@ -45,7 +45,7 @@ use super::layout::lower_concatenate;
 use super::reduce::lower_reduce_all;
 use super::{Emitter, Function, FunctionKind, LowerError};
 use crate::graph::{DType, ReduceKind, TensorType};
-use crate::trace::dequant::{packed_byte_order, NibbleTable, KVALUES_IQ4NL, KVALUES_MXFP4};
+use crate::trace::dequant::{packed_byte_positions, NibbleTable, KVALUES_IQ4NL, KVALUES_MXFP4};
 use crate::weights::ggml::GgmlType;
 use melior::dialect::func;
 use melior::ir::attribute::{FloatAttribute, IntegerAttribute};
@@ -146,11 +146,7 @@ fn emit_body<'c, 'a>(
         matrices,
         x,
         x_sums: HashMap::new(),
-        position: {
-            let mut position: Vec<usize> = (0..size).collect();
-            packed_byte_order(ggml).iter().enumerate().for_each(|(j, &o)| position[o] = j);
-            position
-        },
+        position: packed_byte_positions(ggml, size),
         block_size: bs,
         tiles,
         blocks,

@@ -41,7 +41,7 @@ use super::{Tensor, TraceError};
 use crate::graph::{DType, Op, TensorType};
 use crate::weights::ggml::{GgmlType, QK_K};
 
-pub use crate::graph::ops::dequantize::{packed_byte_order, supported};
+pub use crate::graph::ops::dequantize::{packed_byte_order, packed_byte_positions, supported};
 
 type Result<T> = std::result::Result<T, TraceError>;
 

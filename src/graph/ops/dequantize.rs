@@ -115,6 +115,14 @@ pub fn packed_byte_order(ggml: GgmlType) -> Vec<usize> {
     }
 }
 
+/// Where each of ggml's `size` block bytes lies in a `packed_matvec`
+/// operand's block: the inverse of [`packed_byte_order`].
+pub fn packed_byte_positions(ggml: GgmlType, size: usize) -> Vec<usize> {
+    let mut position: Vec<usize> = (0..size).collect();
+    packed_byte_order(ggml).iter().enumerate().for_each(|(j, &o)| position[o] = j);
+    position
+}
+
 /// `[n, tiles · lanes]` f32 for `n` matrices `raws`, each tiled blocks
 /// `[tiles, blocks, type_size, lanes]` `i8`/`ui8` of one shape, and `x` `[1,
 /// blocks * block_size]` f32.
