@@ -216,3 +216,11 @@ def StableHLO_WhileOp : StableHLO_Op<"while"> {
   let results = (outs Variadic<AnyTensor>:$results);
   let regions = (region AnyRegion:$cond, AnyRegion:$body);
 }
+
+// `true_branch` when `pred` (a `tensor<i1>`) holds, else `false_branch`;
+// each ends with stablehlo.return of the results.
+def StableHLO_IfOp : StableHLO_Op<"if"> {
+  let arguments = (ins AnyTensor:$pred);
+  let results = (outs Variadic<AnyTensor>:$results);
+  let regions = (region AnyRegion:$true_branch, AnyRegion:$false_branch);
+}

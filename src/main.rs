@@ -107,6 +107,13 @@ enum Command {
         /// f32's memory at the same decode speed).
         #[arg(long, value_parser = ["f32", "f16", "bf16"], default_value = "f16")]
         kv_dtype: String,
+        /// `prefill` runs prompts of at most this many tokens as decode
+        /// steps, which stream the packed weights, instead of the prompt's
+        /// graph, which dequantizes them all at each call (faster for short
+        /// prompts; longer ones then lose data tiling, and compiling takes
+        /// about twice as long); 0: off.
+        #[arg(long, default_value_t = 0)]
+        stepped_prefill: usize,
         /// Module form; by default bytecode with `--params inline`, else text.
         #[arg(long, value_enum)]
         emit: Option<EmitForm>,
@@ -303,6 +310,7 @@ fn run(cli: Cli) -> Result<()> {
             dtype,
             max_context,
             kv_dtype,
+            stepped_prefill,
             emit: form,
             full_resources,
             chunk,
@@ -321,6 +329,7 @@ fn run(cli: Cli) -> Result<()> {
                 dtype,
                 max_context,
                 kv_dtype,
+                stepped_prefill,
                 emit: form.map(|f| match f {
                     EmitForm::Mlir if full_resources => Emit::default(),
                     EmitForm::Mlir => Emit::Mlir { elide_resources_over: Some(1 << 20) },

@@ -161,6 +161,10 @@ pub struct ExportOptions {
     /// the memory, and logits stay within 2e-2 of transformers' on the
     /// fixtures (f32: 2e-5). README's "KV cache dtype" has the figures.
     pub kv_dtype: DType,
+    /// `prefill` runs prompts of at most this many tokens as `decode` steps
+    /// ([`crate::lower::GreedyLoop::stepped_prefill`]); 0 (the default):
+    /// never.
+    pub stepped_prefill: usize,
     /// The module's form; by default bytecode for inline params, else text.
     pub emit: Option<Emit>,
     /// Encoders (BERT): sentences per chunk of `embed`'s loop, and the
@@ -194,6 +198,7 @@ impl Default for ExportOptions {
             dtype: DType::F32,
             max_context: None,
             kv_dtype: DType::F16,
+            stepped_prefill: 0,
             emit: None,
             embed: EmbedOptions::default(),
         }
@@ -401,6 +406,11 @@ pub struct Manifest {
     /// encoder, which has no cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_dtype: Option<String>,
+    /// `prefill` runs prompts of at most this many tokens as `decode` steps
+    /// (reading keys and values back from the cache, in `kv_dtype`), longer
+    /// ones through the prompt's graph. Absent for an encoder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stepped_prefill: Option<usize>,
     /// `--parameters=SCOPE=FILE` bindings; relative files are in the directory.
     pub parameters: Vec<ParameterFile>,
     /// Inline weights were elided from the text (`--emit mlir` without
@@ -542,7 +552,9 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
             };
             let cache = CacheSpec::new(max_context, options.kv_dtype)?;
             let cache_bytes = bytes(crate::models::cache_types(family, &*weights, cache)?);
-            (Traced::Serving(Box::new(Serving::new(family, &*weights, cache)?)), max_context, cache_bytes)
+            let serving =
+                Serving { stepped_prefill: options.stepped_prefill, ..Serving::new(family, &*weights, cache)? };
+            (Traced::Serving(Box::new(serving)), max_context, cache_bytes)
         }
         // No cache: the capacity is the longest sentence.
         Program::Encoder(config) => (Traced::embed(config, &*weights, options)?, config.max_length, 0),
@@ -616,6 +628,10 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
         max_context,
         kv_dtype: match &program {
             Program::Decoder(_) => Some(options.kv_dtype.as_str().into()),
+            Program::Encoder(_) => None,
+        },
+        stepped_prefill: match &program {
+            Program::Decoder(_) => Some(options.stepped_prefill),
             Program::Encoder(_) => None,
         },
         parameters,

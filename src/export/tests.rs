@@ -4,7 +4,7 @@
 //! compiles its module once and runs every check on it.
 
 use super::*;
-use crate::interp::{self, ParamSource, Value};
+use crate::interp::{ParamSource, Value};
 use crate::models::testing::{gemma3_path, smollm2_path};
 use std::collections::HashSet;
 use std::sync::OnceLock;
@@ -110,7 +110,7 @@ fn check_export(
     let ids = tokenizer.encode(PROMPT, tokenizer.add_bos_token());
     let n = ids.len();
     let start = Instant::now();
-    let want = interp::run(&reference.prefill, &[token_ids(&ids)], params).unwrap()[0].to_f64_vec();
+    let want = reference.prefill_reference(params, &ids).unwrap()[0].to_f64_vec();
     eprintln!("interpreter prefill of {n} tokens: {:.1} s", start.elapsed().as_secs_f64());
     // Prefill's logits are the last position's.
     let got = run(dir, "prefill", &[token_ids(&ids)], 3)[0].to_f64_vec();
@@ -260,7 +260,7 @@ fn smollm2_from_safetensors() {
     let serving = Serving::new(&Family::from_gguf(gguf).unwrap(), &weights, MAX_CONTEXT).unwrap();
     let tokenizer = Tokenizer::from_gguf(gguf).unwrap();
     let ids = tokenizer.encode(PROMPT, tokenizer.add_bos_token());
-    let want = interp::run(&serving.prefill, &[token_ids(&ids)], &weights).unwrap()[0].to_f64_vec();
+    let want = serving.prefill_reference(&weights, &ids).unwrap()[0].to_f64_vec();
     let got = run(dir.path(), "prefill", &[token_ids(&ids)], 3)[0].to_f64_vec();
     let diff = max_abs_diff(&got, &want);
     eprintln!("safetensors export (IREE) vs GGUF (interpreter): max |diff| {diff:e}");
@@ -425,7 +425,7 @@ fn every_ggml_type_runs_from_its_gguf() {
         let gguf = Gguf::open(&model).unwrap();
         let weights = GgufWeights::new(&gguf, packed).unwrap();
         let serving = Serving::new(&Family::from_gguf(&gguf).unwrap(), &weights, 16).unwrap();
-        let want = interp::run(&serving.prefill, &[token_ids(&ids)], &weights).unwrap()[0].to_f64_vec();
+        let want = serving.prefill_reference(&weights, &ids).unwrap()[0].to_f64_vec();
         let got = run(&dir, "prefill", &[token_ids(&ids)], 3)[0].to_f64_vec();
         let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
         let diff = max_abs_diff(&got, &want);

@@ -30,6 +30,10 @@ const TOLERANCE: f64 = 1e-4;
 const F16_TOLERANCE: f64 = 3e-2;
 /// With a bf16 cache (8 significant bits, 8x f16's rounding): up to 9.9e-2.
 const BF16_TOLERANCE: f64 = 2e-1;
+/// `prefill` runs prompts of up to 4 tokens as decode steps: [`steps`]'
+/// first prefill and first split take that path, the others the prompt's
+/// graph.
+const STEPPED_PREFILL: usize = 4;
 
 fn case_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/transformers").join(name)
@@ -78,6 +82,7 @@ fn iree_against_transformers(
         packed,
         max_context: Some(16),
         kv_dtype,
+        stepped_prefill: STEPPED_PREFILL,
         ..ExportOptions::default()
     };
     let (dir, summary) = export_and_compile(model, &options);
@@ -128,11 +133,17 @@ fn interpreter_steps(name: &str, kv_dtype: DType, diff: impl FnMut(&[f64], usize
     let source = Source::open(&case_dir(name)).unwrap();
     let weights = source.weights(PackedPolicy::Fail, None).unwrap();
     let cache = CacheSpec::new(16, kv_dtype).unwrap();
-    let serving = Serving::new(&source.family().unwrap(), &*weights, cache).unwrap();
+    let serving = Serving {
+        stepped_prefill: STEPPED_PREFILL,
+        ..Serving::new(&source.family().unwrap(), &*weights, cache).unwrap()
+    };
     let params = crate::interp::CachedParams::new(&*weights);
-    let mut call = |function: &str, inputs: &[Value]| {
-        let graph = if function == "prefill" { &serving.prefill } else { &serving.decode };
-        crate::interp::run(graph, inputs, &params).unwrap()
+    let mut call = |function: &str, inputs: &[Value]| match function {
+        "prefill" => {
+            let ids: Vec<u32> = inputs[0].to_f64_vec().iter().map(|&id| id as u32).collect();
+            serving.prefill_reference(&params, &ids).unwrap()
+        }
+        _ => crate::interp::run(&serving.decode, inputs, &params).unwrap(),
     };
     steps(name, &mut call, diff)
 }

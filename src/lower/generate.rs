@@ -22,7 +22,7 @@ use super::dialects::stablehlo;
 use super::{tensor_type, Emitter, Function, LowerError, Scope, Session};
 use crate::graph::{ComparisonDirection, DType, Graph, TensorType};
 use melior::dialect::func;
-use melior::ir::attribute::{IntegerAttribute, StringAttribute, TypeAttribute};
+use melior::ir::attribute::{FlatSymbolRefAttribute, IntegerAttribute, StringAttribute, TypeAttribute};
 use melior::ir::r#type::{FunctionType, IntegerType};
 use melior::ir::{Block, BlockLike, Location, Region, RegionLike, Type, Value};
 
@@ -37,6 +37,15 @@ pub struct GreedyLoop<'g> {
     pub pick: &'g Graph,
     /// The caches' positions; also the length of `generate`'s output.
     pub max_context: usize,
+    /// Prompts of at most this many tokens are prefilled by decode steps,
+    /// one token at a time from an empty cache (`lower_prefill`), instead
+    /// of the prompt's graph, which dequantizes every packed weight to f32
+    /// at each call (a full pass over the weights, written and read back)
+    /// that a few tokens do not repay. 0: every prompt runs the prompt's
+    /// graph, which keeps its products data-tiled (with decode inlined,
+    /// `prefill` is not data-tiled). README "Short prompts as decode steps"
+    /// has the figures.
+    pub stepped_prefill: usize,
 }
 
 impl<'g> GreedyLoop<'g> {
@@ -147,6 +156,151 @@ pub(super) fn lower_generate(
     scope.module.body().append_operation(func::func(
         ctx,
         StringAttribute::new(ctx, "generate"),
+        TypeAttribute::new(function_type.into()),
+        region,
+        &[],
+        loc,
+    ));
+    Ok(())
+}
+
+/// The private function of the prompt's graph (`GreedyLoop::prefill`).
+pub(super) const PREFILL_PROMPT: &str = "prefill_prompt";
+
+/// Appends the public `func @prefill`, of the prompt graph's signature:
+///
+/// ```text
+/// func @prefill(%prompt: tensor<1x?xi32>) -> (logits, caches...)
+///   stepped = len(prompt) <= stepped_prefill
+///   logits, caches = stepped ? zeros : call @prefill_prompt(prompt)
+///   steps = stepped ? len(prompt) : 0
+///   while i < steps:                       // i from 0, the prompt read from above
+///     logits, caches = call @decode(prompt[:, i], i, caches)
+///     logits = i < 0 ? previous logits : logits       // see below
+/// ```
+///
+/// Both give the last position's logits and caches holding the prompt; the
+/// steps read keys and values back from the cache (rounded to its dtype),
+/// as `decode` does, where the prompt's graph attends to its own f32 ones.
+/// iree-compile 3.13's stream conversion crashes on a loop that carries a
+/// value its body never reads (the logits, replaced at each step), so the
+/// body reads them in a select whose predicate never holds. The prompt is
+/// read from above (no `?`-sized value is carried). `decode` is the public
+/// entry point's: it marks the function untiled (`FunctionKind::
+/// PublicUntiled`), so `prefill`'s prompt products are not data-tiled
+/// either, but a data-tiled decode step fails to compile (its attention
+/// products over the filled positions, `?`, need unbounded stack).
+pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &GreedyLoop<'_>) -> Result<(), LowerError> {
+    let ctx = session.context();
+    let loc = Location::name(ctx, "prefill", Location::unknown(ctx));
+    let i32_scalar = TensorType::new([], DType::I32);
+    let prompt_ty = spec.prefill.node(spec.prefill.inputs()[0]).ty.clone();
+    let state_tys: Vec<TensorType> = spec.prefill.outputs().iter().map(|&v| spec.prefill.node(v).ty.clone()).collect();
+    let t = |ty: &TensorType| tensor_type(ctx, ty);
+    let state_types: Vec<Type> = state_tys.iter().map(t).collect();
+    let pred_ty = t(&TensorType::new([], DType::I1));
+
+    let block = Block::new(&[(t(&prompt_ty), loc)]);
+    {
+        let prompt: Value = block.argument(0).expect("prefill has one argument").into();
+        let function = Function::without_inputs();
+        let e = Emitter { session, scope, block: &block, function: &function, node: "prefill", op: "prefill" };
+        let int = |v: i64| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v), loc));
+        let compare = |lhs, rhs, direction: ComparisonDirection| -> Result<Value, LowerError> {
+            let direction = e.parse_attribute(&format!("#stablehlo<comparison_direction {}>", direction.as_str()))?;
+            e.emit(stablehlo::compare(ctx, pred_ty, lhs, rhs, direction, loc))
+        };
+        let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), 1);
+        let len = e.emit(stablehlo::get_dimension_size(ctx, t(&i32_scalar), prompt, dim.into(), loc))?;
+        let zero = int(0)?;
+        let stepped = compare(len, int(spec.stepped_prefill as i64)?, ComparisonDirection::Le)?;
+        let steps = e.emit(stablehlo::select(ctx, t(&i32_scalar), stepped, len, zero, loc))?;
+
+        let (zeros_region, whole_region) = (Region::new(), Region::new());
+        let zeros = zeros_region.append_block(Block::new(&[]));
+        // The values' cache starts as -0.0, the keys' as 0.0: two equal
+        // constants become one buffer in IREE 3.13, which the loop's
+        // in-place updates of both caches then share (keys overwrote
+        // values). Only written positions are ever read.
+        let last = state_tys.len() - 1;
+        let state = state_tys
+            .iter()
+            .enumerate()
+            .map(|(i, ty)| {
+                let zero = if i == last { -0.0 } else { 0.0 };
+                let value = super::constant::splat_attribute(&e, zero, ty)?;
+                Ok(zeros
+                    .append_operation(stablehlo::constant(ctx, t(ty), value, loc).into())
+                    .result(0)
+                    .expect("a constant has one result")
+                    .into())
+            })
+            .collect::<Result<Vec<Value>, LowerError>>()?;
+        zeros.append_operation(stablehlo::r#return(ctx, &state, loc).into());
+        let whole = whole_region.append_block(Block::new(&[]));
+        let callee = FlatSymbolRefAttribute::new(ctx, PREFILL_PROMPT);
+        let call = whole.append_operation(func::call(ctx, callee, &[prompt], &state_types, loc));
+        let state: Vec<Value> =
+            (0..state_tys.len()).map(|i| call.result(i).expect("one result per type").into()).collect();
+        whole.append_operation(stablehlo::r#return(ctx, &state, loc).into());
+        let first =
+            block.append_operation(stablehlo::r#if(ctx, &state_types, stepped, zeros_region, whole_region, loc).into());
+
+        // Loop-carried: i, logits, caches..., steps.
+        let mut carried = vec![zero];
+        carried.extend((0..state_tys.len()).map(|i| -> Value { first.result(i).expect("one result per type").into() }));
+        carried.push(steps);
+        let mut carried_tys = vec![i32_scalar.clone()];
+        carried_tys.extend(state_tys.iter().cloned());
+        carried_tys.push(i32_scalar.clone());
+        let steps_at = 1 + state_tys.len();
+        let block_args: Vec<(Type, Location)> = carried_tys.iter().map(|ty| (t(ty), loc)).collect();
+
+        let (cond_region, body_region) = (Region::new(), Region::new());
+        let cond = cond_region.append_block(Block::new(&block_args));
+        {
+            let arg = |i: usize| -> Value { cond.argument(i).expect("one argument per carried value").into() };
+            let e = Emitter { block: &cond, function: &function, ..e };
+            let direction =
+                e.parse_attribute(&format!("#stablehlo<comparison_direction {}>", ComparisonDirection::Lt.as_str()))?;
+            let more = e.emit(stablehlo::compare(ctx, pred_ty, arg(0), arg(steps_at), direction, loc))?;
+            cond.append_operation(stablehlo::r#return(ctx, &[more], loc).into());
+        }
+        let body = body_region.append_block(Block::new(&block_args));
+        {
+            let arg = |i: usize| -> Value { body.argument(i).expect("one argument per carried value").into() };
+            let e = Emitter { block: &body, function: &function, ..e };
+            let i = arg(0);
+            let zero = e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, 0), loc))?;
+            let one = e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, 1), loc))?;
+            let token_ty = t(&TensorType::new([1, 1], DType::I32));
+            let token =
+                e.emit(stablehlo::dynamic_slice(ctx, token_ty, prompt, &[zero, i], e.i64_array(&[1, 1]), loc))?;
+            let mut inputs = vec![token, i];
+            inputs.extend((2..steps_at).map(arg));
+            let mut decoded = e.call(&spec.decode.name, &inputs, &state_types);
+            let lt =
+                e.parse_attribute(&format!("#stablehlo<comparison_direction {}>", ComparisonDirection::Lt.as_str()))?;
+            let never = e.emit(stablehlo::compare(ctx, pred_ty, i, zero, lt, loc))?;
+            decoded[0] = e.emit(stablehlo::select(ctx, state_types[0], never, arg(1), decoded[0], loc))?;
+            let mut yielded = vec![e.emit(stablehlo::add(ctx, t(&i32_scalar), i, one, loc))?];
+            yielded.extend(decoded);
+            yielded.push(arg(steps_at));
+            body.append_operation(stablehlo::r#return(ctx, &yielded, loc).into());
+        }
+        let result_types: Vec<Type> = carried_tys.iter().map(t).collect();
+        let op = block
+            .append_operation(stablehlo::r#while(ctx, &result_types, &carried, cond_region, body_region, loc).into());
+        let state: Vec<Value> =
+            (1..steps_at).map(|i| op.result(i).expect("one result per carried value").into()).collect();
+        block.append_operation(func::r#return(&state, loc));
+    }
+    let region = Region::new();
+    region.append_block(block);
+    let function_type = FunctionType::new(ctx, &[t(&prompt_ty)], &state_types);
+    scope.module.body().append_operation(func::func(
+        ctx,
+        StringAttribute::new(ctx, "prefill"),
         TypeAttribute::new(function_type.into()),
         region,
         &[],

@@ -207,12 +207,23 @@ impl Session {
             // is compiled once per caller. Keeping a body out of line needs
             // `no_inline` on `func.call`, which MLIR 22 prints where IREE's
             // newer parser refuses it.
-            self.lower_function(scope, spec.prefill, FunctionKind::Public, &[])?;
+            // With stepped prefill, the public `prefill` chooses between the
+            // prompt's graph and decode steps by the prompt's length
+            // (`generate::lower_prefill`).
+            match spec.stepped_prefill {
+                0 => self.lower_function(scope, spec.prefill, FunctionKind::Public, &[])?,
+                _ => {
+                    self.lower_function_as(scope, spec.prefill, generate::PREFILL_PROMPT, FunctionKind::Private, &[])?
+                }
+            }
             // The caller's caches are decode's output storage: without it,
             // IREE writes new caches every step (2 x 94 MB for SmolLM2 at
             // 4096 positions), which took a step from 32 to 285 ms.
             self.lower_function(scope, spec.decode, FunctionKind::PublicUntiled, &spec.decode_in_place())?;
             self.lower_function(scope, spec.pick, FunctionKind::Private, &[])?;
+            if spec.stepped_prefill > 0 {
+                generate::lower_prefill(self, scope, spec)?;
+            }
             generate::lower_generate(self, scope, spec)
         })?;
         // `generate`'s loop carries the caches as block arguments, whose
@@ -269,6 +280,18 @@ impl Session {
         &self,
         scope: &Scope<'_, '_>,
         graph: &Graph,
+        kind: FunctionKind,
+        in_place: &[[usize; 2]],
+    ) -> Result<(), LowerError> {
+        self.lower_function_as(scope, graph, &graph.name, kind, in_place)
+    }
+
+    /// [`Session::lower_function`] as `func.func @name`.
+    fn lower_function_as(
+        &self,
+        scope: &Scope<'_, '_>,
+        graph: &Graph,
+        name: &str,
         kind: FunctionKind,
         in_place: &[[usize; 2]],
     ) -> Result<(), LowerError> {
@@ -347,7 +370,7 @@ impl Session {
             block.append_operation(func::r#return(&outputs, Location::name(ctx, "return", Location::unknown(ctx))));
         }
         let function_type = FunctionType::new(ctx, &arg_types, &result_types);
-        self.append_function(scope, &graph.name, function_type, block, kind, in_place);
+        self.append_function(scope, name, function_type, block, kind, in_place);
         Ok(())
     }
 

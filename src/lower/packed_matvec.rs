@@ -289,7 +289,8 @@ impl<'c, 'a> Operands<'_, 'c, 'a> {
         let runs = self.block_size / len;
         let split = TensorType::new([self.blocks, runs, len], DType::F32);
         let split = e.emit(stablehlo::reshape(e.ctx(), e.tensor_type(&split), self.x, e.loc()))?;
-        let sums = lower_reduce_all(e, ReduceKind::Sum, &[split], &[2], &TensorType::new([self.blocks, runs], DType::F32))?;
+        let sums =
+            lower_reduce_all(e, ReduceKind::Sum, &[split], &[2], &TensorType::new([self.blocks, runs], DType::F32))?;
         Ok(*self.x_sums.entry(len).or_insert(sums[0]))
     }
 

@@ -177,7 +177,8 @@ pub(crate) fn load_tiled<'c, 'a>(
     let symbol = match existing {
         Some(symbol) => symbol,
         None => {
-            let base = e.scope.globals.symbol(name).ok_or_else(|| e.error(format!("param \"{name}\" has no global")))?;
+            let base =
+                e.scope.globals.symbol(name).ok_or_else(|| e.error(format!("param \"{name}\" has no global")))?;
             let count = e.scope.tiled.borrow().keys().filter(|(n, _)| n == name).count();
             let lanes = tiling.lanes;
             let symbol = match count {

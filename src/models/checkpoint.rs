@@ -9,8 +9,8 @@
 use super::{ModelError, Result};
 use crate::graph::{DType, TensorType};
 use crate::interp::{InterpError, ParamSource, Value};
-use crate::trace::nn::to_f32;
 use crate::trace::dequant::{self, packed_byte_order, PACKED_LANES};
+use crate::trace::nn::to_f32;
 use crate::trace::{Tensor, Tracer};
 use crate::weights::archive::{self, DerivedParam, Encoding};
 use crate::weights::ggml::GgmlType;

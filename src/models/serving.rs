@@ -89,6 +89,9 @@ pub struct Serving {
     pub pick: Graph,
     /// Positions of the KV cache: prompt plus generated tokens.
     pub max_context: usize,
+    /// Prompts of at most this many tokens are prefilled by `decode` steps
+    /// ([`crate::lower::GreedyLoop::stepped_prefill`], [`Serving::prefill_reference`]).
+    pub stepped_prefill: usize,
 }
 
 /// The key and value caches' types of `family` for `cache`, from the model
@@ -111,7 +114,13 @@ impl Serving {
             return Err(ModelError::UnusedTensor { name, family: family.name().to_string() });
         }
         let vocab = prefill.node(prefill.outputs()[0]).ty.shape[2];
-        Ok(Serving { prefill, decode, pick: greedy_pick("pick", 1, vocab)?, max_context: cache.max_context })
+        Ok(Serving {
+            prefill,
+            decode,
+            pick: greedy_pick("pick", 1, vocab)?,
+            max_context: cache.max_context,
+            stepped_prefill: 0,
+        })
     }
 
     /// These graphs as the [`crate::lower::GreedyLoop`] that lowering turns
@@ -122,7 +131,37 @@ impl Serving {
             decode: &self.decode,
             pick: &self.pick,
             max_context: self.max_context,
+            stepped_prefill: self.stepped_prefill,
         }
+    }
+
+    /// What the serving module's `prefill(prompt)` computes, by the reference
+    /// interpreter: `decode` steps from empty caches for a prompt of at most
+    /// [`Serving::stepped_prefill`] tokens, else the prompt's graph. Returns
+    /// `(logits, keys, values)`.
+    pub fn prefill_reference(
+        &self,
+        params: &dyn ParamSource,
+        prompt: &[u32],
+    ) -> std::result::Result<Vec<Value>, InterpError> {
+        if prompt.len() > self.stepped_prefill {
+            return crate::interp::run(&self.prefill, &[token_ids(prompt)], params);
+        }
+        let mut state: Vec<Value> = self
+            .prefill
+            .outputs()
+            .iter()
+            .map(|&v| {
+                let ty = &self.prefill.node(v).ty;
+                Value::from_le_bytes(ty, &vec![0; ty.num_elements() * ty.dtype.size_in_bytes()])
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        for (i, &token) in prompt.iter().enumerate() {
+            let mut inputs = vec![token_ids(&[token]), scalar_i32(i as i32)];
+            inputs.extend(state.drain(1..));
+            state = crate::interp::run(&self.decode, &inputs, params)?;
+        }
+        Ok(state)
     }
 
     /// What `generate(prompt, n_new)` computes, by the reference
@@ -142,7 +181,7 @@ impl Serving {
             (0..vocab).fold(0, |best, i| if last[i] > last[best] { i } else { best }) as u32
         };
         let params = &crate::interp::CachedParams::new(params);
-        let mut state = crate::interp::run(&self.prefill, &[token_ids(prompt)], params)?;
+        let mut state = self.prefill_reference(params, prompt)?;
         let mut tokens = vec![pick(&state[0])];
         let room = (self.max_context + 1).saturating_sub(prompt.len());
         while tokens.len() < n_new.min(room) {

@@ -777,7 +777,12 @@ mod tests {
                     mxfp4_rows(&mut raw, blocks);
                 }
                 let p = t.param(&format!("w{i}_{m}"), TensorType::new([raw.len()], dtype)).unwrap();
-                matrices.push(p.reshape(&[ROWS, blocks, ty.type_size()]).unwrap().tile_rows(PACKED_LANES, &packed_byte_order(ty)).unwrap());
+                matrices.push(
+                    p.reshape(&[ROWS, blocks, ty.type_size()])
+                        .unwrap()
+                        .tile_rows(PACKED_LANES, &packed_byte_order(ty))
+                        .unwrap(),
+                );
                 raws.push((format!("w{i}_{m}"), dtype, raw));
             }
             let x = t.input(&format!("x{i}"), TensorType::new([1, 512], DType::F32)).unwrap();
@@ -819,7 +824,9 @@ mod tests {
         let mut failures = Vec::new();
         let mut matrices = raws.iter();
         // Each matrix's ROWS rows, without the last tile's padding.
-        let rows = |v: Vec<f64>| -> Vec<f64> { v.chunks(ROWS.next_multiple_of(PACKED_LANES)).flat_map(|r| r[..ROWS].to_vec()).collect() };
+        let rows = |v: Vec<f64>| -> Vec<f64> {
+            v.chunks(ROWS.next_multiple_of(PACKED_LANES)).flat_map(|r| r[..ROWS].to_vec()).collect()
+        };
         for (i, &ty) in TYPES.iter().enumerate() {
             let x = xs[i].to_f64_vec();
             let got_iree = rows(npy::read(&out_paths[i]).unwrap().to_f64_vec());

@@ -169,7 +169,11 @@ pub fn infer_packed_matvec(ggml: GgmlType, raws: &[&TensorType], x: &TensorType)
     // the product became an elementwise dispatch taking x's producer in,
     // with an operand offset per push constant, over the runtime's limit.
     if blocks < 2 {
-        return Err(ShapeError::new(OP, "kiln", format!("{ggml}: rows of {blocks} block(s) in {raw}; it takes 2 or more")));
+        return Err(ShapeError::new(
+            OP,
+            "kiln",
+            format!("{ggml}: rows of {blocks} block(s) in {raw}; it takes 2 or more"),
+        ));
     }
     let k = blocks * ggml.block_size();
     if x.dtype != DType::F32 || x.shape[..] != [1, k] {

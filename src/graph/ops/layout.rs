@@ -57,7 +57,11 @@ pub fn infer_tile_rows(operand: &TensorType, lanes: usize, order: &[usize]) -> R
     let op = "tile_rows";
     let Some((&rows, rest)) = operand.shape.split_first().filter(|_| !operand.is_dynamic() && operand.rank() >= 2)
     else {
-        return Err(ShapeError::new(op, "kiln", format!("expects a static operand of rank 2 or more, found {operand}")));
+        return Err(ShapeError::new(
+            op,
+            "kiln",
+            format!("expects a static operand of rank 2 or more, found {operand}"),
+        ));
     };
     if lanes == 0 {
         return Err(ShapeError::new(op, "kiln", "lanes must be at least 1"));
