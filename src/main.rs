@@ -109,10 +109,9 @@ enum Command {
         kv_dtype: String,
         /// `prefill` runs prompts of at most this many tokens as decode
         /// steps, which stream the packed weights, instead of the prompt's
-        /// graph, which dequantizes them all at each call (faster for short
-        /// prompts; longer ones then lose data tiling, and compiling takes
-        /// about twice as long); 0: off.
-        #[arg(long, default_value_t = 0)]
+        /// graph, which dequantizes them all at each call (slower for a few
+        /// tokens); 0: never.
+        #[arg(long, default_value_t = kiln::lower::STEPPED_PREFILL)]
         stepped_prefill: usize,
         /// Module form; by default bytecode with `--params inline`, else text.
         #[arg(long, value_enum)]

@@ -162,8 +162,8 @@ pub struct ExportOptions {
     /// fixtures (f32: 2e-5). README's "KV cache dtype" has the figures.
     pub kv_dtype: DType,
     /// `prefill` runs prompts of at most this many tokens as `decode` steps
-    /// ([`crate::lower::GreedyLoop::stepped_prefill`]); 0 (the default):
-    /// never.
+    /// ([`crate::lower::GreedyLoop::stepped_prefill`]); 0: never. By default
+    /// [`crate::lower::STEPPED_PREFILL`].
     pub stepped_prefill: usize,
     /// The module's form; by default bytecode for inline params, else text.
     pub emit: Option<Emit>,
@@ -198,7 +198,7 @@ impl Default for ExportOptions {
             dtype: DType::F32,
             max_context: None,
             kv_dtype: DType::F16,
-            stepped_prefill: 0,
+            stepped_prefill: crate::lower::STEPPED_PREFILL,
             emit: None,
             embed: EmbedOptions::default(),
         }

@@ -170,6 +170,20 @@ impl Graph {
         }
     }
 
+    /// The param whose values `value` holds in another form (reshaped,
+    /// converted, dequantized, or ordered `after` another value): a weight,
+    /// as opposed to an activation.
+    pub fn weight_root(&self, value: ValueId) -> Option<&str> {
+        let node = self.node(value);
+        match &node.op {
+            Op::Param { name } => Some(name),
+            Op::Reshape | Op::Convert | Op::Dequantize { .. } | Op::After | Op::Transpose { .. } => {
+                self.weight_root(node.operands[0])
+            }
+            _ => None,
+        }
+    }
+
     /// The bytes of each `tile_rows` of a param, keyed by the param's name,
     /// the op and its type (a function tiles a param once per tiling; the
     /// lowering's initializers allocate each key once across functions).

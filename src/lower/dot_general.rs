@@ -2,9 +2,10 @@
 
 use super::dialects::{stablehlo, tensor};
 use super::{Emitter, LowerError};
-use crate::graph::{DotDimensions, TensorType, DYNAMIC};
+use crate::graph::{DType, DotDimensions, TensorType, DYNAMIC};
 use melior::ir::attribute::DenseI64ArrayAttribute;
-use melior::ir::Value;
+use melior::ir::operation::OperationBuilder;
+use melior::ir::{Attribute, Block, BlockLike, Identifier, Region, RegionLike, Type, Value};
 
 /// `#stablehlo.dot<...>` has no C API constructor; it is parsed through the
 /// C API from its canonical text. Empty lists are omitted, as MLIR prints them.
@@ -38,6 +39,70 @@ pub(super) fn lower_dot_general<'c, 'a>(
     }
     let attr = e.parse_attribute(&dot_dimension_numbers(dims))?;
     e.emit(stablehlo::dot_general(e.ctx(), e.tensor_type(ty), lhs, rhs, attr, e.loc()))
+}
+
+/// Where `lhs` is `x [?, in]` f32 times a static f32 matrix (a prompt's
+/// rows times a weight; no batch dims): the matrix's contracted dim.
+pub(super) fn weight_product(lhs: &TensorType, dims: &DotDimensions, ty: &TensorType) -> Option<usize> {
+    let f32 = |t: &TensorType| t.dtype == DType::F32;
+    let rows = lhs.rank() == 2 && lhs.shape[0] == DYNAMIC && lhs.shape[1] != DYNAMIC;
+    match (&dims.lhs_contracting_dimensions[..], &dims.rhs_contracting_dimensions[..]) {
+        ([1], &[k]) if rows && f32(lhs) && f32(ty) && dims.lhs_batching_dimensions.is_empty() && k < 2 => Some(k),
+        _ => None,
+    }
+}
+
+/// A prompt's rows times a weight (`Graph::weight_root`) as a
+/// `linalg.generic` contraction that
+/// carries IREE's data-tiling hint (`iree.opt.data_tiling`): a function
+/// holding any hinted op has only those data-tiled, so the hint keeps these
+/// products tiled where `decode`'s untiled mark is inlined (a stepped
+/// `prefill`, `generate`), and, where nothing else is hinted, changes
+/// nothing (IREE tiles every contraction then).
+pub(super) fn lower_weight_product<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    lhs: Value<'c, 'a>,
+    rhs: Value<'c, 'a>,
+    rhs_contracting: usize,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let ctx = e.ctx();
+    let init = super::constant::lower_constant(e, 0.0, ty)?;
+    let rhs_map = match rhs_contracting {
+        1 => "affine_map<(m, n, k) -> (n, k)>",
+        _ => "affine_map<(m, n, k) -> (k, n)>",
+    };
+    let maps = format!("[affine_map<(m, n, k) -> (m, k)>, {rhs_map}, affine_map<(m, n, k) -> (m, n)>]");
+    let f32 = Type::float32(ctx);
+    let body = Block::new(&[(f32, e.loc()), (f32, e.loc()), (f32, e.loc())]);
+    let arg = |i: usize| -> Value { body.argument(i).expect("three arguments").into() };
+    let binary = |name: &str, a: Value<'c, '_>, b: Value<'c, '_>| {
+        let op = OperationBuilder::new(name, e.loc()).add_operands(&[a, b]).add_results(&[f32]).build();
+        op.map_err(|err| e.error(format!("{name}: {err}")))
+    };
+    let product = body.append_operation(binary("arith.mulf", arg(0), arg(1))?).result(0).expect("one result").into();
+    let sum = body.append_operation(binary("arith.addf", arg(2), product)?).result(0).expect("one result").into();
+    let yield_op = OperationBuilder::new("linalg.yield", e.loc()).add_operands(&[sum]).build();
+    body.append_operation(yield_op.map_err(|err| e.error(format!("linalg.yield: {err}")))?);
+    let region = Region::new();
+    region.append_block(body);
+    let attr = |name: &str, text: &str| -> Result<_, LowerError> {
+        Ok((Identifier::new(ctx, name), e.parse_attribute(text)?))
+    };
+    let parallel = "#linalg.iterator_type<parallel>";
+    let generic = OperationBuilder::new("linalg.generic", e.loc())
+        .add_operands(&[lhs, rhs, init])
+        .add_results(&[e.tensor_type(ty)])
+        .add_attributes(&[
+            attr("indexing_maps", &maps)?,
+            attr("iterator_types", &format!("[{parallel}, {parallel}, #linalg.iterator_type<reduction>]"))?,
+            attr("operandSegmentSizes", "array<i32: 2, 1>")?,
+            (Identifier::new(ctx, "iree.opt.data_tiling"), Attribute::unit(ctx)),
+        ])
+        .add_regions([region])
+        .build()
+        .map_err(|err| e.error(format!("linalg.generic: {err}")))?;
+    Ok(e.block.append_operation(generic).result(0).expect("one result").into())
 }
 
 /// A product of `x [..., ?, ..., in]` (rank >= 3, no batch dims, the last

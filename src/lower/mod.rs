@@ -48,7 +48,7 @@ use std::rc::Rc;
 use thiserror::Error;
 
 pub use emit::{write_module, write_module_to_path, write_module_to_path_with, write_module_with, Emit};
-pub use generate::GreedyLoop;
+pub use generate::{GreedyLoop, STEPPED_PREFILL};
 use param::Globals;
 pub use param::{ParamInit, ParamInits};
 pub use rows::RowLoop;
@@ -222,6 +222,9 @@ impl Session {
             // 4096 positions), which took a step from 32 to 285 ms.
             self.lower_function(scope, spec.decode, FunctionKind::PublicUntiled, &spec.decode_in_place())?;
             self.lower_function(scope, spec.pick, FunctionKind::Private, &[])?;
+            // After `decode`: with the stepped `prefill` (which calls it)
+            // first, iree-compile 3.13's stream conversion fails ("failed to
+            // legalize unresolved target materialization").
             if spec.stepped_prefill > 0 {
                 generate::lower_prefill(self, scope, spec)?;
             }
@@ -354,6 +357,17 @@ impl Session {
                         continue;
                     }
                 }
+                // A prompt's rows times a weight stays data-tiled wherever
+                // decode's untiled mark is inlined.
+                if let Op::DotGeneral(dims) = &node.op {
+                    if graph.weight_root(node.operands[1]).is_some() {
+                        if let Some(k) = dot_general::weight_product(operand_types[0], dims, &node.ty) {
+                            values[index] =
+                                Some(dot_general::lower_weight_product(&e, operands[0], operands[1], k, &node.ty)?);
+                            continue;
+                        }
+                    }
+                }
                 values[index] = Some(e.lower_node(&node.op, &operands, &operand_types, &node.ty)?);
             }
             let outputs = graph
@@ -484,11 +498,14 @@ pub struct Signature {
     pub in_place: Vec<[usize; 2]>,
 }
 
-/// The public functions of `module`, in order, as it was lowered.
+/// The public functions of `module`: a serving module's `prefill`,
+/// `decode` and `generate` in that order (a stepped `prefill` is lowered
+/// after `decode`), others in module order.
 pub fn signatures(module: &Module<'_>) -> Vec<Signature> {
     let body = module.body();
     let ops = std::iter::successors(body.first_operation(), |op| op.next_in_block());
-    ops.filter(|op| op.name().as_string_ref().as_str() == Ok("func.func") && !op.has_attribute("sym_visibility"))
+    let mut functions = ops
+        .filter(|op| op.name().as_string_ref().as_str() == Ok("func.func") && !op.has_attribute("sym_visibility"))
         .map(|op| {
             let attribute = |name| op.attribute(name).expect("a func.func has a name and a type");
             let name = StringAttribute::try_from(attribute("sym_name")).expect("sym_name is a string");
@@ -501,7 +518,10 @@ pub fn signatures(module: &Module<'_>) -> Vec<Signature> {
                 in_place: output_storage(&op),
             }
         })
-        .collect()
+        .collect::<Vec<_>>();
+    // A stable sort: `prefill` first, the rest as they were.
+    functions.sort_by_key(|s| s.name != "prefill");
+    functions
 }
 
 /// The `[input, output]` pairs of a `func.func`'s `iree.abi.output`

@@ -119,7 +119,7 @@ impl Serving {
             decode,
             pick: greedy_pick("pick", 1, vocab)?,
             max_context: cache.max_context,
-            stepped_prefill: 0,
+            stepped_prefill: crate::lower::STEPPED_PREFILL,
         })
     }
 
