@@ -171,13 +171,13 @@ impl Graph {
     }
 
     /// The param whose values `value` holds in another form (reshaped,
-    /// converted, dequantized, or ordered `after` another value): a weight,
-    /// as opposed to an activation.
+    /// transposed, converted or dequantized): a weight, as opposed to an
+    /// activation.
     pub fn weight_root(&self, value: ValueId) -> Option<&str> {
         let node = self.node(value);
         match &node.op {
             Op::Param { name } => Some(name),
-            Op::Reshape | Op::Convert | Op::Dequantize { .. } | Op::After | Op::Transpose { .. } => {
+            Op::Reshape | Op::Convert | Op::Dequantize { .. } | Op::Transpose { .. } => {
                 self.weight_root(node.operands[0])
             }
             _ => None,

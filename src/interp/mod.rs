@@ -448,7 +448,6 @@ fn eval(
         Op::BitcastConvert => bitwise::bitcast_convert(arg(0), ty),
         Op::Bitwise(op) => bitwise::bitwise(*op, &arg(0).data, &arg(1).data),
         Op::Not => bitwise::not(&arg(0).data),
-        Op::After => Ok(arg(0).data.clone()),
         Op::Clamp => elementwise::clamp(arg(0), arg(1), arg(2)),
         Op::Compare(direction) => elementwise::compare(*direction, &arg(0).data, &arg(1).data),
         Op::Select => elementwise::select(arg(0), arg(1), arg(2)),

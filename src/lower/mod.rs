@@ -27,7 +27,6 @@ mod param;
 mod param_iree_tests;
 mod reduce;
 mod rows;
-mod schedule;
 
 use crate::graph::{DType, Graph, Op, TensorType, DYNAMIC};
 use dialects::{arith, stablehlo, tensor};
@@ -762,7 +761,6 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::BitcastConvert => bitwise::lower_bitcast_convert(self, operands[0], result),
             Op::Bitwise(b) => bitwise::lower_bitwise(self, *b, operands[0], operands[1], result),
             Op::Not => bitwise::lower_not(self, operands[0], result),
-            Op::After => schedule::lower_after(self, operands[0], operands[1]),
             Op::Clamp => elementwise::lower_clamp(self, operands, result),
             Op::Compare(d) => elementwise::lower_compare(self, *d, operands[0], operands[1], result),
             Op::Select => elementwise::lower_select(self, operands, result),

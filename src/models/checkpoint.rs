@@ -259,18 +259,11 @@ impl<'t> Weight<'t> {
     /// the product: no f32 copy of the weight is written and no transpose
     /// made. More rows (prefill) or a dynamic `x` dequantize the whole
     /// matrix once and run a matrix product, where the copy is shared by
-    /// every row. That copy is made once `x` is computed (`after`):
-    /// otherwise IREE 3.13 dequantizes every layer's weights at the start
-    /// of the call, all of their f32 copies live at once (9.6 GB on the
-    /// Gemma 3n E2B shape, written to fresh pages at every call).
+    /// every row.
     pub fn linear(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
         self.matrix()?;
         match streamed_type(&[self], x) {
             Some(ty) => Ok(packed_products(&[self], ty, x)?.remove(0)),
-            None if self.packed.is_some() || self.raw.ty.dtype != DType::F32 => {
-                let weight = Weight { raw: self.raw.after(x)?, ..self.clone() };
-                Ok(x.linear(&weight.f32()?)?)
-            }
             None => Ok(x.linear(&self.f32()?)?),
         }
     }

@@ -243,10 +243,6 @@ impl<'t> Tensor<'t> {
     pub fn not(&self) -> Result<Tensor<'t>, TraceError> {
         self.tracer.push("", Op::Not, &[self], None)
     }
-    /// `self`, once `other` is computed (`Op::After`).
-    pub fn after(&self, other: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
-        self.tracer.push("", Op::After, &[self, other], None)
-    }
     /// Shifting by the bit width or more gives 0.
     pub fn shift_left(&self, rhs: &Tensor<'_>) -> Result<Tensor<'t>, TraceError> {
         self.bitwise(BitwiseOp::ShiftLeft, rhs)

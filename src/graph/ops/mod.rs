@@ -57,11 +57,6 @@ pub enum Op {
     Bitwise(BitwiseOp),
     /// Bitwise (integers) or logical (`i1`) negation.
     Not,
-    /// The first operand, once the second is computed: no data moves, but
-    /// what reads the result waits for the second operand. A weight's
-    /// dequantization after its layer's input keeps IREE from running every
-    /// layer's at the start of a call, all their f32 copies live at once.
-    After,
     /// `clamp(min, operand, max)`.
     Clamp,
     /// Element-wise comparison to an `i1` tensor.
@@ -215,7 +210,6 @@ impl Op {
             Op::BitcastConvert => "bitcast_convert",
             Op::Bitwise(b) => b.name(),
             Op::Not => "not",
-            Op::After => "after",
             Op::Clamp => "clamp",
             Op::Compare(_) => "compare",
             Op::Select => "select",
@@ -276,13 +270,9 @@ impl Op {
             | Op::Reduce { .. }
             | Op::Argmax { .. }
             | Op::Dequantize { .. } => (1, false),
-            Op::Binary(_)
-            | Op::Bitwise(_)
-            | Op::Compare(_)
-            | Op::Pad { .. }
-            | Op::DotGeneral(_)
-            | Op::Gather
-            | Op::After => (2, false),
+            Op::Binary(_) | Op::Bitwise(_) | Op::Compare(_) | Op::Pad { .. } | Op::DotGeneral(_) | Op::Gather => {
+                (2, false)
+            }
             Op::Clamp | Op::Select => (3, false),
             Op::RealDynamicSlice => (4, false),
             Op::Concatenate { .. } => (0, true),
@@ -323,7 +313,6 @@ impl Op {
             Op::BitcastConvert => bitwise::infer_bitcast_convert(operands[0], declared.expect("declared-type op")),
             Op::Bitwise(b) => bitwise::infer_bitwise(*b, operands[0], operands[1]),
             Op::Not => bitwise::infer_not(operands[0]),
-            Op::After => Ok(operands[0].clone()),
             Op::Clamp => elementwise::infer_clamp(operands[0], operands[1], operands[2]),
             Op::Compare(_) => elementwise::infer_compare(operands[0], operands[1]),
             Op::Select => elementwise::infer_select(operands[0], operands[1], operands[2]),
@@ -377,7 +366,6 @@ impl Op {
             | Op::BitcastConvert
             | Op::Bitwise(_)
             | Op::Not
-            | Op::After
             | Op::Clamp
             | Op::Select
             | Op::Reshape
@@ -435,7 +423,6 @@ impl Op {
             "convert" => Op::Convert,
             "bitcast_convert" => Op::BitcastConvert,
             "not" => Op::Not,
-            "after" => Op::After,
             "clamp" => Op::Clamp,
             "compare" => Op::Compare(attrs.ident("comparison_direction")?.parse()?),
             "select" => Op::Select,
