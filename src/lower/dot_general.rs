@@ -45,7 +45,11 @@ pub(super) fn lower_dot_general<'c, 'a>(
 /// rows times a weight; no batch dims): the matrix's contracted dim.
 pub(super) fn weight_product(lhs: &TensorType, dims: &DotDimensions, ty: &TensorType) -> Option<usize> {
     let f32 = |t: &TensorType| t.dtype == DType::F32;
-    let rows = lhs.rank() == 2 && lhs.shape[0] == DYNAMIC && lhs.shape[1] != DYNAMIC;
+    // Products of fewer than 16 outputs (a tiny model's MoE router) stay
+    // dot_generals: as hinted generics, IREE 3.13's data-tiled codegen of
+    // one failed ("vector.store ... restricted to workgroup distributed
+    // contexts").
+    let rows = lhs.rank() == 2 && lhs.shape[0] == DYNAMIC && lhs.shape[1] != DYNAMIC && ty.shape[1] >= 16;
     match (&dims.lhs_contracting_dimensions[..], &dims.rhs_contracting_dimensions[..]) {
         ([1], &[k]) if rows && f32(lhs) && f32(ty) && dims.lhs_batching_dimensions.is_empty() && k < 2 => Some(k),
         _ => None,
