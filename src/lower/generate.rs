@@ -19,10 +19,10 @@
 //! one position) is private and inlined by iree-compile.
 
 use super::dialects::stablehlo;
-use super::{tensor_type, Emitter, Function, LowerError, Scope, Session};
+use super::{tensor_type, Emitter, Function, FunctionKind, LowerError, Scope, Session};
 use crate::graph::{ComparisonDirection, DType, Graph, TensorType};
 use melior::dialect::func;
-use melior::ir::attribute::{FlatSymbolRefAttribute, IntegerAttribute, StringAttribute, TypeAttribute};
+use melior::ir::attribute::IntegerAttribute;
 use melior::ir::r#type::{FunctionType, IntegerType};
 use melior::ir::{Block, BlockLike, Location, Region, RegionLike, Type, Value};
 
@@ -42,9 +42,7 @@ pub struct GreedyLoop<'g> {
     /// of the prompt's graph, which dequantizes every packed weight to f32
     /// at each call (a full pass over the weights, written and read back)
     /// that a few tokens do not repay. 0: every prompt runs the prompt's
-    /// graph, which keeps its products data-tiled (with decode inlined,
-    /// `prefill` is not data-tiled). README "Short prompts as decode steps"
-    /// has the figures.
+    /// graph. README "Short prompts as decode steps" has the figures.
     pub stepped_prefill: usize,
 }
 
@@ -95,8 +93,7 @@ pub(super) fn lower_generate(
         // one more inlined copy of decode, compiled again (SmolLM2 with
         // `--stepped-prefill 32`: 63 -> 194 s with it).
         let prefill_symbol = if spec.stepped_prefill > 0 { PREFILL_PROMPT } else { spec.prefill.name.as_str() };
-        let prefill_types: Vec<Type> = spec.prefill.outputs().iter().map(|&v| t(&spec.prefill.node(v).ty)).collect();
-        let prefill = e.call(prefill_symbol, &[prompt], &prefill_types);
+        let prefill = call_as(&e, prefill_symbol, spec.prefill, &[prompt]);
         let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), 1);
         let len = e.emit(stablehlo::get_dimension_size(ctx, t(&i32_scalar), prompt, dim.into(), loc))?;
         let last = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), len, one, loc))?;
@@ -124,10 +121,7 @@ pub(super) fn lower_generate(
         {
             let e = Emitter { block: &cond, function: &function, ..e };
             let arg = |i: usize| -> Value { cond.argument(i).expect("one argument per carried value").into() };
-            let direction =
-                e.parse_attribute(&format!("#stablehlo<comparison_direction {}>", ComparisonDirection::Lt.as_str()))?;
-            let pred_ty = t(&TensorType::new([], DType::I1));
-            let more = e.emit(stablehlo::compare(ctx, pred_ty, arg(0), arg(n_at), direction, loc))?;
+            let more = compare(&e, arg(0), arg(n_at), ComparisonDirection::Lt)?;
             cond.append_operation(stablehlo::r#return(ctx, &[more], loc).into());
         }
 
@@ -160,17 +154,8 @@ pub(super) fn lower_generate(
             op.result(out_at).map_err(|err| e.error(format!("while has no result {out_at}: {err}")))?.into();
         block.append_operation(func::r#return(&[out], loc));
     }
-    let region = Region::new();
-    region.append_block(block);
     let function_type = FunctionType::new(ctx, &[t(&prompt_ty), t(&i32_scalar)], &[t(&out_ty)]);
-    scope.module.body().append_operation(func::func(
-        ctx,
-        StringAttribute::new(ctx, "generate"),
-        TypeAttribute::new(function_type.into()),
-        region,
-        &[],
-        loc,
-    ));
+    session.append_function(scope, "generate", function_type, block, FunctionKind::Public, &[]);
     Ok(())
 }
 
@@ -196,10 +181,12 @@ pub(super) const PREFILL_PROMPT: &str = "prefill_prompt";
 /// value its body never reads (the logits, replaced at each step), so the
 /// body reads them in a select whose predicate never holds. The prompt is
 /// read from above (no `?`-sized value is carried). `decode` is the public
-/// entry point's: it marks the function untiled (`FunctionKind::
-/// PublicUntiled`), so `prefill`'s prompt products are not data-tiled
-/// either, but a data-tiled decode step fails to compile (its attention
-/// products over the filled positions, `?`, need unbounded stack).
+/// entry point's, which marks the function untiled (`FunctionKind::
+/// PublicUntiled`); the prompt graph's products with the weights carry the
+/// data-tiling hint themselves and stay tiled (`dot_general::
+/// lower_weight_product`). A data-tiled decode step fails to compile (its
+/// attention products over the filled positions, `?`, need unbounded
+/// stack).
 pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &GreedyLoop<'_>) -> Result<(), LowerError> {
     let ctx = session.context();
     let loc = Location::name(ctx, "prefill", Location::unknown(ctx));
@@ -208,7 +195,6 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
     let state_tys: Vec<TensorType> = spec.prefill.outputs().iter().map(|&v| spec.prefill.node(v).ty.clone()).collect();
     let t = |ty: &TensorType| tensor_type(ctx, ty);
     let state_types: Vec<Type> = state_tys.iter().map(t).collect();
-    let pred_ty = t(&TensorType::new([], DType::I1));
 
     let block = Block::new(&[(t(&prompt_ty), loc)]);
     {
@@ -216,14 +202,10 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
         let function = Function::without_inputs();
         let e = Emitter { session, scope, block: &block, function: &function, node: "prefill", op: "prefill" };
         let int = |v: i64| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v), loc));
-        let compare = |lhs, rhs, direction: ComparisonDirection| -> Result<Value, LowerError> {
-            let direction = e.parse_attribute(&format!("#stablehlo<comparison_direction {}>", direction.as_str()))?;
-            e.emit(stablehlo::compare(ctx, pred_ty, lhs, rhs, direction, loc))
-        };
         let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), 1);
         let len = e.emit(stablehlo::get_dimension_size(ctx, t(&i32_scalar), prompt, dim.into(), loc))?;
         let zero = int(0)?;
-        let stepped = compare(len, int(spec.stepped_prefill as i64)?, ComparisonDirection::Le)?;
+        let stepped = compare(&e, len, int(spec.stepped_prefill as i64)?, ComparisonDirection::Le)?;
         let steps = e.emit(stablehlo::select(ctx, t(&i32_scalar), stepped, len, zero, loc))?;
 
         let (zeros_region, whole_region) = (Region::new(), Region::new());
@@ -248,11 +230,11 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
             .collect::<Result<Vec<Value>, LowerError>>()?;
         zeros.append_operation(stablehlo::r#return(ctx, &state, loc).into());
         let whole = whole_region.append_block(Block::new(&[]));
-        let callee = FlatSymbolRefAttribute::new(ctx, PREFILL_PROMPT);
-        let call = whole.append_operation(func::call(ctx, callee, &[prompt], &state_types, loc));
-        let state: Vec<Value> =
-            (0..state_tys.len()).map(|i| call.result(i).expect("one result per type").into()).collect();
-        whole.append_operation(stablehlo::r#return(ctx, &state, loc).into());
+        {
+            let e = Emitter { block: &whole, function: &function, ..e };
+            let state = call_as(&e, PREFILL_PROMPT, spec.prefill, &[prompt]);
+            whole.append_operation(stablehlo::r#return(ctx, &state, loc).into());
+        }
         let first =
             block.append_operation(stablehlo::r#if(ctx, &state_types, stepped, zeros_region, whole_region, loc).into());
 
@@ -271,9 +253,7 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
         {
             let arg = |i: usize| -> Value { cond.argument(i).expect("one argument per carried value").into() };
             let e = Emitter { block: &cond, function: &function, ..e };
-            let direction =
-                e.parse_attribute(&format!("#stablehlo<comparison_direction {}>", ComparisonDirection::Lt.as_str()))?;
-            let more = e.emit(stablehlo::compare(ctx, pred_ty, arg(0), arg(steps_at), direction, loc))?;
+            let more = compare(&e, arg(0), arg(steps_at), ComparisonDirection::Lt)?;
             cond.append_operation(stablehlo::r#return(ctx, &[more], loc).into());
         }
         let body = body_region.append_block(Block::new(&block_args));
@@ -289,9 +269,7 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
             let mut inputs = vec![token, i];
             inputs.extend((2..steps_at).map(arg));
             let mut decoded = e.call(&spec.decode.name, &inputs, &state_types);
-            let lt =
-                e.parse_attribute(&format!("#stablehlo<comparison_direction {}>", ComparisonDirection::Lt.as_str()))?;
-            let never = e.emit(stablehlo::compare(ctx, pred_ty, i, zero, lt, loc))?;
+            let never = compare(&e, i, zero, ComparisonDirection::Lt)?;
             decoded[0] = e.emit(stablehlo::select(ctx, state_types[0], never, arg(1), decoded[0], loc))?;
             let mut yielded = vec![e.emit(stablehlo::add(ctx, t(&i32_scalar), i, one, loc))?];
             yielded.extend(decoded);
@@ -305,24 +283,32 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
             (1..steps_at).map(|i| op.result(i).expect("one result per carried value").into()).collect();
         block.append_operation(func::r#return(&state, loc));
     }
-    let region = Region::new();
-    region.append_block(block);
     let function_type = FunctionType::new(ctx, &[t(&prompt_ty)], &state_types);
-    scope.module.body().append_operation(func::func(
-        ctx,
-        StringAttribute::new(ctx, "prefill"),
-        TypeAttribute::new(function_type.into()),
-        region,
-        &[],
-        loc,
-    ));
+    session.append_function(scope, "prefill", function_type, block, FunctionKind::Public, &[]);
     Ok(())
 }
 
 /// `call @graph(inputs)`, returning its results.
 fn call<'c, 'a>(e: &Emitter<'c, 'a>, graph: &Graph, inputs: &[Value<'c, 'a>]) -> Vec<Value<'c, 'a>> {
+    call_as(e, &graph.name, graph, inputs)
+}
+
+/// `call @symbol(inputs)` of a function lowered from `graph` under `symbol`.
+fn call_as<'c, 'a>(e: &Emitter<'c, 'a>, symbol: &str, graph: &Graph, inputs: &[Value<'c, 'a>]) -> Vec<Value<'c, 'a>> {
     let results: Vec<Type> = graph.outputs().iter().map(|&v| tensor_type(e.ctx(), &graph.node(v).ty)).collect();
-    e.call(&graph.name, inputs, &results)
+    e.call(symbol, inputs, &results)
+}
+
+/// `lhs direction rhs`, a `tensor<i1>`.
+fn compare<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    lhs: Value<'c, 'a>,
+    rhs: Value<'c, 'a>,
+    direction: ComparisonDirection,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let attr = e.parse_attribute(&format!("#stablehlo<comparison_direction {}>", direction.as_str()))?;
+    let pred = tensor_type(e.ctx(), &TensorType::new([], DType::I1));
+    e.emit(stablehlo::compare(e.ctx(), pred, lhs, rhs, attr, e.loc()))
 }
 
 pub(super) fn scalar_i32<'c>(e: &Emitter<'c, '_>, value: i64) -> melior::ir::Attribute<'c> {
