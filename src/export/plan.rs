@@ -8,7 +8,7 @@
 use super::{ExportOptions, ParameterFile, ParamsMode, Result, ARCHIVE_FILE, ARCHIVE_SCOPE};
 use crate::lower::{Emit, ParamInit, ParamInits};
 use crate::models::PackedPolicy;
-use crate::weights::archive::{self, DerivedParam};
+use crate::weights::archive::{self, DerivedParam, Source};
 use crate::weights::ggml::GgmlType;
 use std::borrow::Cow;
 use std::path::PathBuf;
@@ -84,8 +84,10 @@ impl<'a> Plan<'a> {
                 let home = match mode {
                     ParamsMode::Reference if p.is_copy() => Home::Source,
                     ParamsMode::Reference | ParamsMode::Archive => Home::Archive,
-                    ParamsMode::Inline if p.is_copy() => Home::Inline(Cow::Borrowed(p.source)),
-                    ParamsMode::Inline => Home::Inline(Cow::Owned(archive::derive_to_vec(&p)?)),
+                    ParamsMode::Inline => match p.in_place() {
+                        Some(bytes) => Home::Inline(Cow::Borrowed(bytes)),
+                        None => Home::Inline(Cow::Owned(archive::derive_to_vec(&p)?)),
+                    },
                 };
                 Ok(Param { stored: p, home })
             })
@@ -110,11 +112,17 @@ impl<'a> Plan<'a> {
     /// The summary's account of the params: the mode, and why it is not
     /// the one asked for.
     pub fn description(&self) -> String {
-        let described = format!("{}, packed {}", self.mode.name(), self.packed);
-        match &self.unreferenced {
-            None => described,
-            Some(why) => format!("{described} (not reference: {why}; every param is written to {ARCHIVE_FILE})"),
+        let mut described = format!("{}, packed {}", self.mode.name(), self.packed);
+        if let Some(why) = &self.unreferenced {
+            described += &format!(" (not reference: {why}; every param is written to {ARCHIVE_FILE})");
         }
+        // Stacks no file holds: the checkpoint's experts joined.
+        let joined = self.params.iter().filter(|p| matches!(p.stored.source, Source::Joined(_))).count();
+        if joined > 0 && self.mode == ParamsMode::Reference {
+            described +=
+                &format!("; {joined} expert stacks joined into {ARCHIVE_FILE} (the checkpoint keeps experts apart)");
+        }
+        described
     }
 
     /// The params written into `params.irpa`, in order.
@@ -190,8 +198,18 @@ mod tests {
     fn stored(blocks: &[u8]) -> Vec<DerivedParam<'_>> {
         const NORM: [u8; 8] = [0, 0, 128, 63, 0, 0, 0, 64];
         vec![
-            DerivedParam { name: "norm", source: &NORM, encoding: Encoding::Dense(DType::F32), target: DType::F32 },
-            DerivedParam { name: "w", source: blocks, encoding: Encoding::Ggml(GgmlType::Q8_0), target: DType::F32 },
+            DerivedParam {
+                name: "norm",
+                source: Source::Tensor(&NORM),
+                encoding: Encoding::Dense(DType::F32),
+                target: DType::F32,
+            },
+            DerivedParam {
+                name: "w",
+                source: Source::Tensor(blocks),
+                encoding: Encoding::Ggml(GgmlType::Q8_0),
+                target: DType::F32,
+            },
         ]
     }
 

@@ -54,7 +54,13 @@ fn matches_transformers_from(model: &Path, name: &str) -> f64 {
 
 /// [`matches_transformers_from`], packed tensors read under `packed`.
 fn matches_transformers_packed(model: &Path, name: &str, packed: PackedPolicy) -> f64 {
-    let (worst, _) = iree_against_transformers(model, name, DType::F32, packed);
+    matches_transformers_writing(model, name, packed, 0)
+}
+
+/// [`matches_transformers_packed`] of an export that writes `written`
+/// params into `params.irpa` (expert stacks that HF keeps apart).
+fn matches_transformers_writing(model: &Path, name: &str, packed: PackedPolicy, written: usize) -> f64 {
+    let (worst, _) = iree_against_transformers(model, name, DType::F32, packed, written);
     assert!(worst <= TOLERANCE, "{name}: logits differ from transformers' by {worst:e}");
     worst
 }
@@ -68,13 +74,15 @@ fn reference(name: &str) -> (Vec<f64>, usize) {
 }
 
 /// Exports the checkpoint at `model` with a `kv_dtype` cache (packed
-/// tensors under `packed`), compiles it and runs [`steps`] through IREE:
-/// the largest |kiln - transformers| and the export's directory.
+/// tensors under `packed`), checks that it wrote `written` params (the
+/// rest read in place), compiles it and runs [`steps`] through IREE: the
+/// largest |kiln - transformers| and the export's directory.
 fn iree_against_transformers(
     model: &Path,
     name: &str,
     kv_dtype: DType,
     packed: PackedPolicy,
+    written: usize,
 ) -> (f64, tempfile::TempDir) {
     let (want, vocab) = reference(name);
     let options = ExportOptions {
@@ -86,7 +94,7 @@ fn iree_against_transformers(
         ..ExportOptions::default()
     };
     let (dir, summary) = export_and_compile(model, &options);
-    assert_eq!(summary.params_written, 0, "the checkpoint is read in place");
+    assert_eq!(summary.params_written, written, "{name}: params written ({})", summary.params_description);
     let start = Instant::now();
     let worst = steps(name, &mut |function, inputs| run(dir.path(), function, inputs, 3), |logits, at| {
         max_abs_diff(logits, &want[at * vocab..(at + 1) * vocab])
@@ -204,7 +212,7 @@ fn gemma3n_matches_transformers() {
 }
 
 /// Qwen3-MoE from the GGUF that llama.cpp's converter would write of it
-/// (test/models/qwen3moe_to_gguf.py): its experts stacked and Q8_0, kept
+/// (test/models/moe_to_gguf.py): its experts stacked and Q8_0, kept
 /// packed, so that decode slices the chosen experts' blocks out of the
 /// stacks. The routing sends the prompt's tokens to different experts in
 /// each layer.
@@ -212,6 +220,28 @@ fn gemma3n_matches_transformers() {
 fn qwen3moe_gguf_matches_transformers() {
     let gguf = case_dir("qwen3moe").join("qwen3moe.gguf");
     matches_transformers_packed(&gguf, "qwen3moe", PackedPolicy::Keep);
+}
+
+/// The same Qwen3-MoE as transformers saved it, one tensor per expert, and
+/// in transformers 5's fused form (`gate_up_proj`, `down_proj` stacks):
+/// the stacks HF does not hold as such (per expert: 3 per layer; fused:
+/// gate and up, the two halves of `gate_up_proj`) are joined into
+/// `params.irpa`, the rest read in place.
+#[test]
+fn qwen3moe_matches_transformers() {
+    matches_transformers_writing(&case_dir("qwen3moe"), "qwen3moe", PackedPolicy::Fail, 2 * 3);
+    matches_transformers_writing(&case_dir("qwen3moe_fused"), "qwen3moe_fused", PackedPolicy::Fail, 2 * 2);
+}
+
+/// Mixtral from transformers' checkpoint (`block_sparse_moe.experts.E.w1`,
+/// ...), its fused form (router under `mlp.`), and the GGUF llama.cpp's
+/// converter writes of it: arch `llama` with expert keys, Q/K permuted,
+/// Q8_0 expert stacks kept packed.
+#[test]
+fn mixtral_matches_transformers() {
+    matches_transformers_writing(&case_dir("mixtral"), "mixtral", PackedPolicy::Fail, 2 * 3);
+    matches_transformers_writing(&case_dir("mixtral_fused"), "mixtral_fused", PackedPolicy::Fail, 2 * 2);
+    matches_transformers_packed(&case_dir("mixtral").join("mixtral.gguf"), "mixtral", PackedPolicy::Keep);
 }
 
 /// The text part of Gemma3nForConditionalGeneration, whose per-layer table
@@ -333,7 +363,7 @@ fn kv_dtypes_against_transformers() {
 /// logits within [`TOLERANCE`], transformers' within [`F16_TOLERANCE`].
 #[test]
 fn f16_kv_cache_matches_interpreter_and_transformers() {
-    let (worst, dir) = iree_against_transformers(&case_dir("gemma3"), "gemma3", DType::F16, PackedPolicy::Fail);
+    let (worst, dir) = iree_against_transformers(&case_dir("gemma3"), "gemma3", DType::F16, PackedPolicy::Fail, 0);
     assert!(worst <= F16_TOLERANCE, "gemma3: logits differ from transformers' by {worst:e}");
     let manifest = Manifest::read(dir.path()).unwrap();
     assert_eq!(manifest.kv_dtype.as_deref(), Some("f16"));

@@ -8,7 +8,7 @@ use crate::graph::{text, DType, Graph};
 use crate::interp::{self, Value};
 use crate::iree::Iree;
 use crate::npy;
-use crate::weights::archive::{self, tests::q4_k_blocks, DerivedParam};
+use crate::weights::archive::{self, tests::q4_k_blocks, DerivedParam, Source};
 use crate::weights::ggml::GgmlType;
 use crate::weights::irpa::IrpaArchive;
 use crate::weights::quant;
@@ -46,9 +46,24 @@ impl Sources {
 
     fn derived(&self) -> [DerivedParam<'_>; 3] {
         [
-            DerivedParam { name: "w.f32", source: &self.q4k, encoding: GgmlType::Q4_K.into(), target: DType::F32 },
-            DerivedParam { name: "b.bf16", source: &self.bias_f32, encoding: DType::F32.into(), target: DType::BF16 },
-            DerivedParam { name: "s.u8", source: &self.shift, encoding: DType::UI8.into(), target: DType::UI8 },
+            DerivedParam {
+                name: "w.f32",
+                source: Source::Tensor(&self.q4k),
+                encoding: GgmlType::Q4_K.into(),
+                target: DType::F32,
+            },
+            DerivedParam {
+                name: "b.bf16",
+                source: Source::Tensor(&self.bias_f32),
+                encoding: DType::F32.into(),
+                target: DType::BF16,
+            },
+            DerivedParam {
+                name: "s.u8",
+                source: Source::Tensor(&self.shift),
+                encoding: DType::UI8.into(),
+                target: DType::UI8,
+            },
         ]
     }
 

@@ -548,6 +548,7 @@ pub fn hf_names(_: &HfConfig, has: &dyn Fn(&str) -> bool) -> HfNames {
         head: "cls.predictions.decoder.weight",
         layers: "encoder.layer.",
         ignored: &["pooler.", "embeddings.position_ids", "cls."],
+        stacks: &[],
     }
 }
 

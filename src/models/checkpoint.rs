@@ -12,7 +12,7 @@ use crate::interp::{InterpError, ParamSource, Value};
 use crate::trace::dequant::{self, packed_byte_order, PACKED_LANES};
 use crate::trace::nn::to_f32;
 use crate::trace::{Tensor, Tracer};
-use crate::weights::archive::{self, DerivedParam, Encoding};
+use crate::weights::archive::{self, DerivedParam, Encoding, Source};
 use crate::weights::ggml::GgmlType;
 use crate::weights::gguf::{Gguf, GgufTensor};
 use std::collections::BTreeSet;
@@ -102,8 +102,8 @@ pub(super) fn param_value(
             found: stored.target.to_string(),
         });
     }
-    if stored.is_copy() {
-        return Value::from_le_bytes(ty, stored.source);
+    if let Some(bytes) = stored.in_place() {
+        return Value::from_le_bytes(ty, bytes);
     }
     let bytes = archive::derive_to_vec(&stored).map_err(|e| fail(e.to_string()))?;
     Value::from_le_bytes(ty, &bytes)
@@ -204,7 +204,7 @@ impl<D: AsRef<[u8]>> Checkpoint for GgufWeights<'_, D> {
     fn stored(&self, param: &str) -> Result<DerivedParam<'_>> {
         let tensor = self.tensor(param)?;
         let Declared { ty, encoding, .. } = self.declare(&tensor)?;
-        Ok(DerivedParam { name: tensor.name, source: tensor.data, encoding, target: ty.dtype })
+        Ok(DerivedParam { name: tensor.name, source: Source::Tensor(tensor.data), encoding, target: ty.dtype })
     }
 
     fn path(&self) -> &Path {

@@ -11,18 +11,21 @@
 //! reads the safetensors file itself. Unlike GGUF, HF keeps Q/K rows in the
 //! `rotate_half` order, which [`crate::models::llama::Config::from_hf`]
 //! answers with [`crate::trace::nn::RopeStyle::NeoX`]; the weights are used
-//! as stored.
+//! as stored. The exception is a mixture of experts' `[E, rows, cols]`
+//! stacks, which HF keeps one tensor per expert (or gate and up in one
+//! fused tensor): those are joined from the stored bytes ([`HfStack`],
+//! [`Source::Joined`]) into an archive param at export.
 
 use super::checkpoint::{float_cast, param_value};
 use super::{registry, Checkpoint, ModelError, Result, Weight};
 use crate::graph::{DType, TensorType};
 use crate::interp::{InterpError, ParamSource, Value};
 use crate::trace::Tracer;
-use crate::weights::archive::{DerivedParam, Encoding};
+use crate::weights::archive::{DerivedParam, Encoding, Source};
 use crate::weights::hf_config::HfConfig;
 use crate::weights::safetensors::{SafeTensors, ShardedSafeTensors, StDType, TensorView};
 use crate::weights::WeightsError;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// A decoder's whole-model tensors, as llama names them and the other
@@ -60,6 +63,27 @@ pub struct HfNames {
     /// Prefixes (after the body) of stored tensors the model does not
     /// compute with: BERT's pooler and its position-id buffer.
     pub ignored: &'static [&'static str],
+    /// Per-block stacks of experts' matrices, which HF keeps apart.
+    pub stacks: &'static [HfStack],
+}
+
+/// A GGUF stack of experts' matrices (`blk.{i}.ffn_gate_exps.weight`, `[E,
+/// rows, cols]`) and the two ways an HF checkpoint keeps it: one tensor per
+/// expert, as checkpoints on disk and transformers' `save_pretrained` do,
+/// or transformers 5's fused `[E, parts · rows, cols]`, of which the stack
+/// is one of `parts` equal blocks of rows (gate and up in `gate_up_proj`).
+/// Both forms but a whole fused tensor are joined into an archive param at
+/// export ([`Source::Joined`]): no file holds the stack.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HfStack {
+    /// The GGUF suffix after `blk.{i}.`.
+    pub gguf: &'static str,
+    /// The suffix after the block's prefix of expert `e`'s tensor, `{e}`
+    /// standing for `e`: `mlp.experts.{e}.gate_proj.weight`.
+    pub per_expert: &'static str,
+    /// The fused tensor's suffix, which block of rows the stack is and of
+    /// how many: `("mlp.experts.gate_up_proj", 0, 2)`.
+    pub fused: (&'static str, usize, usize),
 }
 
 impl HfNames {
@@ -73,6 +97,7 @@ impl HfNames {
         head: "lm_head.weight",
         layers: "layers.",
         ignored: &[],
+        stacks: &[],
     };
 
     /// Where `config`'s family ([`registry::by_model_type`]) keeps its
@@ -101,9 +126,111 @@ impl HfNames {
         if block.is_empty() || !block.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        let (_, hf) = self.block_names.iter().flat_map(|t| t.iter()).find(|(g, _)| *g == suffix)?;
+        let hf = match self.block_names.iter().flat_map(|t| t.iter()).find(|(g, _)| *g == suffix) {
+            Some((_, hf)) => hf,
+            // A whole fused stack is a stored tensor like any other.
+            None => self.stacks.iter().find(|s| s.gguf == suffix && s.fused.2 == 1).map(|s| s.fused.0)?,
+        };
         Some(format!("{}{}{block}.{hf}", self.body, self.layers))
     }
+
+    /// Block `i` and the rest of `hf`, a name under a block's prefix.
+    fn in_block<'n>(&self, hf: &'n str) -> Option<(usize, &'n str)> {
+        let rest = hf.strip_prefix(self.body)?.strip_prefix(self.layers)?;
+        let (block, rest) = rest.split_once('.')?;
+        Some((block.parse().ok()?, rest))
+    }
+}
+
+/// A stack of experts' matrices that no file holds as one tensor, and the
+/// runs of stored bytes it is joined from.
+#[derive(Debug)]
+struct Joined<'c> {
+    /// The param's name: the per-expert name with `*` for the expert, or
+    /// the fused tensor's with the block of rows (`…gate_up_proj[0 of 2]`).
+    name: String,
+    /// `[E, rows, cols]`.
+    shape: Vec<usize>,
+    dtype: StDType,
+    parts: Vec<&'c [u8]>,
+    /// The stored tensors it reads.
+    members: Vec<&'c str>,
+}
+
+/// The stacks of `checkpoint` that [`HfNames::stacks`] says must be
+/// joined, by GGUF name. Experts are numbered from 0 with none missing,
+/// each of one shape and dtype.
+fn joined_stacks(checkpoint: &HfCheckpoint) -> Result<BTreeMap<String, Joined<'_>>> {
+    let names = &checkpoint.names;
+    // (block, stack) -> each expert's tensor, by expert.
+    let mut per_expert: BTreeMap<(usize, usize), BTreeMap<usize, TensorView<'_>>> = BTreeMap::new();
+    let mut joined = BTreeMap::new();
+    for tensor in checkpoint.shards().iter().flat_map(|file| file.tensors()) {
+        let Some((block, rest)) = names.in_block(tensor.name) else { continue };
+        for (k, stack) in names.stacks.iter().enumerate() {
+            let (before, after) = stack.per_expert.split_once("{e}").expect("a per-expert name has {e}");
+            let expert = rest.strip_prefix(before).and_then(|r| r.strip_suffix(after)).and_then(|e| e.parse().ok());
+            if let Some(e) = expert {
+                per_expert.entry((block, k)).or_default().insert(e, tensor);
+            }
+            let (fused, part, parts) = stack.fused;
+            if rest != fused || parts == 1 {
+                continue;
+            }
+            let [e, rows, cols] = tensor.shape[..] else {
+                return Err(ModelError::Config(format!(
+                    "{}: a fused stack of experts needs [experts, rows, cols], found {:?}",
+                    tensor.name, tensor.shape
+                )));
+            };
+            if !rows.is_multiple_of(parts) {
+                return Err(ModelError::Config(format!(
+                    "{}: {rows} rows do not split into {parts} equal blocks",
+                    tensor.name
+                )));
+            }
+            let run = tensor.data.len() / (e * parts);
+            joined.insert(
+                format!("blk.{block}.{}", stack.gguf),
+                Joined {
+                    name: format!("{}[{part} of {parts}]", tensor.name),
+                    shape: vec![e, rows / parts, cols],
+                    dtype: tensor.dtype,
+                    parts: (0..e).map(|i| &tensor.data[(i * parts + part) * run..][..run]).collect(),
+                    members: vec![tensor.name],
+                },
+            );
+        }
+    }
+    for ((block, k), experts) in per_expert {
+        let stack = &names.stacks[k];
+        let hf = |e: &dyn std::fmt::Display| {
+            format!("{}{}{block}.{}", names.body, names.layers, stack.per_expert.replace("{e}", &e.to_string()))
+        };
+        let first = experts.values().next().expect("an entry has an expert");
+        for (i, (&e, t)) in experts.iter().enumerate() {
+            if e != i {
+                return Err(ModelError::MissingTensor(hf(&i)));
+            }
+            if t.shape != first.shape || t.dtype != first.dtype {
+                return Err(ModelError::Config(format!(
+                    "{}: {:?} {:?}, where expert 0 is {:?} {:?}: the experts of a stack share a shape and dtype",
+                    t.name, t.dtype, t.shape, first.dtype, first.shape
+                )));
+            }
+        }
+        joined.insert(
+            format!("blk.{block}.{}", stack.gguf),
+            Joined {
+                name: hf(&"*"),
+                shape: [&[experts.len()][..], first.shape].concat(),
+                dtype: first.dtype,
+                parts: experts.values().map(|t| t.data).collect(),
+                members: experts.values().map(|t| t.name).collect(),
+            },
+        );
+    }
+    Ok(joined)
 }
 
 /// The safetensors files of a checkpoint.
@@ -195,13 +322,15 @@ pub struct SafetensorsWeights<'c> {
     /// Every tensor is declared as this dtype instead of its own (an
     /// archive of one dtype); `None` keeps them as stored, read in place.
     pub cast: Option<DType>,
+    /// The stacks of experts joined from several tensors, by GGUF name.
+    joined: BTreeMap<String, Joined<'c>>,
 }
 
 impl<'c> SafetensorsWeights<'c> {
     /// Checks that an untied checkpoint has its head: the front-end would
     /// otherwise fall back to the embedding, which only tied models mean.
     pub fn new(checkpoint: &'c HfCheckpoint) -> Result<Self> {
-        let weights = SafetensorsWeights { checkpoint, cast: None };
+        let weights = SafetensorsWeights { checkpoint, cast: None, joined: joined_stacks(checkpoint)? };
         if !checkpoint.config.tie_word_embeddings() {
             weights.view("output.weight")?;
         }
@@ -219,12 +348,17 @@ impl<'c> SafetensorsWeights<'c> {
     /// cast). The one place that decides it, for [`Checkpoint::load`] and
     /// the interpreter alike.
     pub fn param_type(&self, tensor: &TensorView<'_>) -> Result<TensorType> {
-        match tensor.dtype {
+        self.declared(tensor.name, tensor.shape, tensor.dtype)
+    }
+
+    /// The param type of the tensor `name` of `shape`, stored as `dtype`.
+    fn declared(&self, name: &str, shape: &[usize], dtype: StDType) -> Result<TensorType> {
+        match dtype {
             StDType::F32 | StDType::F16 | StDType::BF16 => {
-                let stored = tensor.dtype.to_graph_dtype().expect("F32, F16 and BF16 are graph dtypes");
-                Ok(TensorType::new(tensor.shape, self.cast.unwrap_or(stored)))
+                let stored = dtype.to_graph_dtype().expect("F32, F16 and BF16 are graph dtypes");
+                Ok(TensorType::new(shape, self.cast.unwrap_or(stored)))
             }
-            dtype => Err(ModelError::UnsupportedDType { name: tensor.name.to_string(), dtype }),
+            dtype => Err(ModelError::UnsupportedDType { name: name.to_string(), dtype }),
         }
     }
 
@@ -239,6 +373,17 @@ impl<'c> SafetensorsWeights<'c> {
 
 impl Checkpoint for SafetensorsWeights<'_> {
     fn load<'t>(&self, tracer: &'t Tracer, name: &str, expected: &[usize]) -> Result<Weight<'t>> {
+        if let Some(j) = self.joined.get(name) {
+            if j.shape != expected {
+                return Err(ModelError::TensorShape {
+                    name: j.name.clone(),
+                    expected: expected.to_vec(),
+                    found: j.shape.clone(),
+                });
+            }
+            let raw = tracer.param(&j.name, self.declared(&j.name, &j.shape, j.dtype)?)?;
+            return Ok(Weight { name: j.name.clone(), raw, packed: None, shape: j.shape.clone(), tiles: None });
+        }
         let tensor = self.view(name)?;
         if tensor.shape != expected {
             return Err(ModelError::TensorShape {
@@ -257,14 +402,29 @@ impl Checkpoint for SafetensorsWeights<'_> {
         if name == "output.weight" && self.checkpoint.config.tie_word_embeddings() {
             return false;
         }
-        self.view(name).is_ok()
+        self.joined.contains_key(name) || self.view(name).is_ok()
     }
 
     fn stored(&self, param: &str) -> Result<DerivedParam<'_>> {
+        if let Some(j) = self.joined.values().find(|j| j.name == param) {
+            let target = self.declared(&j.name, &j.shape, j.dtype)?.dtype;
+            let dtype = j.dtype.to_graph_dtype().expect("declared() accepted a float dtype");
+            return Ok(DerivedParam {
+                name: &j.name,
+                source: Source::Joined(&j.parts),
+                encoding: Encoding::Dense(dtype),
+                target,
+            });
+        }
         let tensor = self.checkpoint.get(param).ok_or_else(|| ModelError::MissingTensor(param.to_string()))?;
         let target = self.param_type(&tensor)?.dtype;
         let dtype = tensor.dtype.to_graph_dtype().expect("param_type accepted a float dtype");
-        Ok(DerivedParam { name: tensor.name, source: tensor.data, encoding: Encoding::Dense(dtype), target })
+        Ok(DerivedParam {
+            name: tensor.name,
+            source: Source::Tensor(tensor.data),
+            encoding: Encoding::Dense(dtype),
+            target,
+        })
     }
 
     /// `model.safetensors`; a sharded checkpoint's params live in several
@@ -287,8 +447,18 @@ impl Checkpoint for SafetensorsWeights<'_> {
                 || unread.contains(name)
                 || names.ignored.iter().any(|p| name.strip_prefix(names.body).unwrap_or(name).starts_with(p))
         };
+        // The tensors joined into a used stack are used.
+        let joined: BTreeSet<&str> = self
+            .joined
+            .values()
+            .filter(|j| used.contains(j.name.as_str()))
+            .flat_map(|j| j.members.iter().copied())
+            .collect();
         let tensors = self.checkpoint.shards().iter().flat_map(|file| file.tensors());
-        tensors.map(|t| t.name).find(|&n| model(n) && !ignored(n) && !used.contains(n)).map(str::to_string)
+        tensors
+            .map(|t| t.name)
+            .find(|&n| model(n) && !ignored(n) && !used.contains(n) && !joined.contains(n))
+            .map(str::to_string)
     }
 }
 
@@ -639,5 +809,77 @@ mod tests {
         assert!(diff <= 1e-4, "logits differ by {diff}");
         let vocab = want.len() / ids.len();
         assert_eq!(argmax_rows(&want, vocab), argmax_rows(&got, vocab), "argmax differs");
+    }
+
+    /// A checkpoint's tensors, owned: name, dtype, shape, bytes.
+    type Tensors = Vec<(String, StDType, Vec<usize>, Vec<u8>)>;
+
+    /// The tiny Qwen3-MoE's tensors (one per expert) with `edit` applied,
+    /// written with its config.json into a directory.
+    fn edited_qwen3moe(edit: impl Fn(&mut Tensors)) -> tempfile::TempDir {
+        let case = Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/transformers/qwen3moe");
+        let file = SafeTensors::open(&case.join("model.safetensors")).unwrap();
+        let mut tensors: Vec<_> =
+            file.tensors().map(|t| (t.name.to_string(), t.dtype, t.shape.to_vec(), t.data.to_vec())).collect();
+        edit(&mut tensors);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(case.join("config.json"), dir.path().join("config.json")).unwrap();
+        let views: Vec<(&str, StDType, &[usize], &[u8])> =
+            tensors.iter().map(|(n, d, s, b)| (n.as_str(), *d, s.as_slice(), b.as_slice())).collect();
+        crate::weights::safetensors::write(&dir.path().join("model.safetensors"), &views, &BTreeMap::new()).unwrap();
+        dir
+    }
+
+    /// Experts kept one tensor each are joined into `[E, rows, cols]`
+    /// params that are never read in place, their bytes the experts' in
+    /// order; a missing expert, a stray one, or one of another shape is
+    /// refused by name.
+    #[test]
+    fn expert_stacks_are_joined_or_refused_by_name() {
+        let dir = edited_qwen3moe(|_| {});
+        let checkpoint = HfCheckpoint::open(dir.path()).unwrap();
+        let weights = SafetensorsWeights::new(&checkpoint).unwrap();
+        let t = Tracer::new("main");
+        let down = weights.load(&t, "blk.1.ffn_down_exps.weight", &[8, 32, 32]).unwrap();
+        assert_eq!(
+            (down.name.as_str(), down.raw.ty.to_string()),
+            ("model.layers.1.mlp.experts.*.down_proj.weight", "tensor<8x32x32xbf16>".into())
+        );
+        let stored = weights.stored(&down.name).unwrap();
+        assert!(!stored.is_copy());
+        let experts: Vec<u8> = (0..8)
+            .flat_map(|e| {
+                checkpoint.get(&format!("model.layers.1.mlp.experts.{e}.down_proj.weight")).unwrap().data.to_vec()
+            })
+            .collect();
+        assert_eq!(stored.source.to_vec(), experts);
+        let e = weights.load(&t, "blk.1.ffn_down_exps.weight", &[4, 32, 32]).unwrap_err();
+        assert!(
+            e.to_string().contains("\"model.layers.1.mlp.experts.*.down_proj.weight\" has shape [8, 32, 32]"),
+            "{e}"
+        );
+
+        let refused = |edit: &dyn Fn(&mut Tensors)| {
+            let dir = edited_qwen3moe(edit);
+            let checkpoint = HfCheckpoint::open(dir.path()).unwrap();
+            let family = Family::from_hf(&checkpoint.config).unwrap();
+            let e = SafetensorsWeights::new(&checkpoint)
+                .and_then(|weights| crate::models::prefill(&family, &weights, 2).map(|_| ()))
+                .unwrap_err();
+            e.to_string()
+        };
+        let gate3 = "model.layers.0.mlp.experts.3.gate_proj.weight";
+        let e = refused(&|ts| ts.retain(|t| t.0 != gate3));
+        assert_eq!(e, format!("tensor \"{gate3}\" is missing from the checkpoint"));
+        let e = refused(&|ts| {
+            let t = ts.iter_mut().find(|t| t.0 == gate3).unwrap();
+            (t.2, t.3) = (vec![16, 32], t.3[..1024].to_vec());
+        });
+        assert!(e.contains(gate3) && e.contains("the experts of a stack share a shape and dtype"), "{e}");
+        let e = refused(&|ts| {
+            let extra = ts.iter().find(|t| t.0 == gate3).unwrap().clone();
+            ts.push(("model.layers.0.mlp.experts.8.gate_proj.weight".into(), extra.1, extra.2, extra.3));
+        });
+        assert!(e.contains("\"model.layers.0.mlp.experts.*.gate_proj.weight\" has shape [9, 32, 32]"), "{e}");
     }
 }

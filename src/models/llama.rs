@@ -21,7 +21,7 @@ use super::blocks::{
 };
 use super::config::{self, Dims, GgufKeys, HfKeys, RopeConfig};
 use super::decoder::DecoderConfig;
-use super::hf::HfNames;
+use super::hf::{HfNames, HfStack};
 use super::moe::MoeConfig;
 use super::{linear_each, Checkpoint, Decoder, KvCache, ModelError, Result, Span};
 use crate::trace::nn::{Rope, RopeStyle};
@@ -81,7 +81,11 @@ impl Config {
         };
         keys.ignore(&["context_length"]);
         let experts = match arch.as_str() {
-            "qwen3moe" => Some(experts_from_gguf(&keys)?),
+            "qwen3moe" => Some(experts_from_gguf(&keys, None)?),
+            // Mixtral: llama with experts as wide as its feed-forward.
+            "llama" if keys.int_or("expert_count", 0)? > 0 => {
+                Some(experts_from_gguf(&keys, Some(keys.count("feed_forward_length")?))?)
+            }
             _ => {
                 config::refuse_experts(&keys)?;
                 None
@@ -144,7 +148,7 @@ impl Config {
     /// activation, ...) is refused, never ignored.
     pub fn from_hf(hf: &HfConfig) -> Result<Config> {
         let model_type = hf.model_type.as_str();
-        if !matches!(model_type, "llama" | "mistral" | "qwen2" | "qwen3" | "qwen3_moe") {
+        if !matches!(model_type, "llama" | "mistral" | "mixtral" | "qwen2" | "qwen3" | "qwen3_moe") {
             return Err(ModelError::UnknownModelType { model_type: model_type.into(), architecture: String::new() });
         }
         let keys = HfKeys::new("config.json", model_type, &hf.keys);
@@ -165,8 +169,8 @@ impl Config {
             Some(n) => keys.positive("num_key_value_heads", n)?,
             None => heads,
         };
-        // transformers 5.24's default theta for all four.
-        let rope = config::rope_of(&keys, 10_000.0)?;
+        // transformers 5.24's default thetas.
+        let rope = config::rope_of(&keys, if model_type == "mixtral" { 1e6 } else { 10_000.0 })?;
         keys.fixed("hidden_act", "\"silu\"", "llama's SwiGLU")?;
         keys.fixed("mlp_bias", "false", "feed-forward projections without biases")?;
         keys.fixed("pretraining_tp", "1", "a tensor-parallel split of the projections at training")?;
@@ -178,13 +182,14 @@ impl Config {
         keys.ignore(&["is_llama_config"]);
         keys.fixed("rope_interleaved", "false", "transformers rotates halves whatever this says")?;
         let sliding_window = match model_type {
-            "mistral" => keys.get("sliding_window")?,
+            "mistral" | "mixtral" => keys.get("sliding_window")?,
             "qwen2" | "qwen3" | "qwen3_moe" => qwen_sliding_window(&keys)?,
             _ => None,
         };
         let block_count = keys.count("num_hidden_layers")?;
         let (experts, dense_layers) = match model_type {
             "qwen3_moe" => experts_from_hf(&keys, block_count)?,
+            "mixtral" => (Some(mixtral_experts(&keys)?), vec![]),
             _ => (None, vec![]),
         };
         let config = Config {
@@ -225,10 +230,13 @@ impl Config {
     }
 }
 
-/// Qwen3-MoE's GGUF expert keys. llama.cpp's `qwen3moe` graph divides the
-/// chosen experts' probabilities by their sum whatever the source's
-/// `norm_topk_prob` was (`norm_w` hard-coded), and has no shared expert.
-fn experts_from_gguf<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>) -> Result<MoeConfig> {
+/// The GGUF expert keys of Qwen3-MoE and Mixtral (`llama` with experts,
+/// whose expert width defaults to `feed_forward_length`: llama.cpp's
+/// converter writes no `expert_feed_forward_length` for it). llama.cpp's
+/// graphs of both divide the chosen experts' probabilities by their sum
+/// (`norm_w`; whatever Qwen3's `norm_topk_prob` was) and have no shared
+/// expert.
+fn experts_from_gguf<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>, width: Option<usize>) -> Result<MoeConfig> {
     let experts = keys.count("expert_count")?;
     let used = keys.count("expert_used_count")?;
     if used > experts {
@@ -236,11 +244,14 @@ fn experts_from_gguf<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>) -> Result<
     }
     let shared = keys.int_or("expert_shared_count", 0)?;
     if shared > 0 {
-        return Err(keys.error("expert_shared_count", shared, "kiln's qwen3moe has no shared experts"));
+        return Err(keys.error("expert_shared_count", shared, format!("kiln's {} has no shared experts", keys.arch)));
     }
     keys.fixed("expert_gating_func", 1.0, "softmax over the router's logits")?;
     keys.fixed("expert_weights_scale", 1.0, "the chosen experts' weights unscaled")?;
-    let feed_forward_length = keys.count("expert_feed_forward_length")?;
+    let feed_forward_length = match width {
+        Some(width) => keys.int_or("expert_feed_forward_length", width)?,
+        None => keys.count("expert_feed_forward_length")?,
+    };
     Ok(MoeConfig { experts, used, feed_forward_length, norm_topk: true })
 }
 
@@ -248,15 +259,7 @@ fn experts_from_gguf<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>) -> Result<
 /// whose MLP stays dense (in `mlp_only_layers`, or off every
 /// `decoder_sparse_step`-th layer; transformers' `Qwen3MoeDecoderLayer`).
 fn experts_from_hf(keys: &HfKeys<'_>, block_count: usize) -> Result<(Option<MoeConfig>, Vec<usize>)> {
-    // transformers 5 writes `num_local_experts`, checkpoints `num_experts`.
-    let experts = match keys.has("num_local_experts") {
-        true => keys.count("num_local_experts")?,
-        false => keys.count("num_experts")?,
-    };
-    let used = keys.count("num_experts_per_tok")?;
-    if used > experts {
-        return Err(keys.error("num_experts_per_tok", &used.into(), format!("is more than the {experts} experts")));
-    }
+    let (experts, used) = expert_counts(keys)?;
     let step = keys.count_or("decoder_sparse_step", 1)?;
     let mlp_only: Vec<usize> = keys.or("mlp_only_layers", vec![])?;
     if let Some(&i) = mlp_only.iter().find(|&&i| i >= block_count) {
@@ -272,6 +275,30 @@ fn experts_from_hf(keys: &HfKeys<'_>, block_count: usize) -> Result<(Option<MoeC
     // Training only: the router's auxiliary loss.
     keys.ignore(&["output_router_logits", "router_aux_loss_coef"]);
     Ok((Some(c), dense_layers))
+}
+
+/// Mixtral's `config.json` expert keys: every layer a mixture of experts
+/// `intermediate_size` wide, the chosen experts' probabilities divided by
+/// their sum (transformers' `MixtralTopKRouter`).
+fn mixtral_experts(keys: &HfKeys<'_>) -> Result<MoeConfig> {
+    let (experts, used) = expert_counts(keys)?;
+    // Training only: the router's auxiliary loss and its input noise.
+    keys.ignore(&["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]);
+    Ok(MoeConfig { experts, used, feed_forward_length: keys.count("intermediate_size")?, norm_topk: true })
+}
+
+/// The experts and how many each token goes to, from `config.json`.
+fn expert_counts(keys: &HfKeys<'_>) -> Result<(usize, usize)> {
+    // transformers 5 writes `num_local_experts`, Qwen's checkpoints `num_experts`.
+    let experts = match keys.has("num_local_experts") {
+        true => keys.count("num_local_experts")?,
+        false => keys.count("num_experts")?,
+    };
+    let used = keys.count("num_experts_per_tok")?;
+    if used > experts {
+        return Err(keys.error("num_experts_per_tok", &used.into(), format!("is more than the {experts} experts")));
+    }
+    Ok((experts, used))
 }
 
 /// Qwen2/Qwen3's window: `sliding_window` only with `use_sliding_window`,
@@ -366,6 +393,64 @@ impl<'t> Llama<'t> {
 /// Where an HF checkpoint (`LlamaForCausalLM` and its kin) keeps the
 /// tensors ([`super::registry`]'s row).
 pub const HF_NAMES: HfNames = HfNames { family: "llama", block_names: &[&HF_BLOCK_NAMES], ..HfNames::DECODER };
+
+/// Mixtral's as stored (`block_sparse_moe`, experts' `w1`, `w3`, `w2`: gate,
+/// up, down) or in transformers 5's fused form, whose router is `mlp.gate`.
+pub fn mixtral_hf_names(has: &dyn Fn(&str) -> bool) -> HfNames {
+    HfNames {
+        family: "mixtral",
+        block_names: match has("model.layers.0.mlp.gate.weight") {
+            true => &[&HF_BLOCK_NAMES, &[("ffn_gate_inp.weight", "mlp.gate.weight")]],
+            false => &[&HF_BLOCK_NAMES, &[("ffn_gate_inp.weight", "block_sparse_moe.gate.weight")]],
+        },
+        stacks: &MIXTRAL_STACKS,
+        ..HfNames::DECODER
+    }
+}
+
+const MIXTRAL_STACKS: [HfStack; 3] = [
+    HfStack {
+        gguf: "ffn_gate_exps.weight",
+        per_expert: "block_sparse_moe.experts.{e}.w1.weight",
+        fused: ("mlp.experts.gate_up_proj", 0, 2),
+    },
+    HfStack {
+        gguf: "ffn_up_exps.weight",
+        per_expert: "block_sparse_moe.experts.{e}.w3.weight",
+        fused: ("mlp.experts.gate_up_proj", 1, 2),
+    },
+    HfStack {
+        gguf: "ffn_down_exps.weight",
+        per_expert: "block_sparse_moe.experts.{e}.w2.weight",
+        fused: ("mlp.experts.down_proj", 0, 1),
+    },
+];
+
+/// Qwen3-MoE's: llama's, the router, and the experts' stacks, one tensor
+/// per expert or transformers 5's fused `gate_up_proj` (gate rows first)
+/// and `down_proj`.
+pub const QWEN3MOE_HF_NAMES: HfNames = HfNames {
+    family: "qwen3moe",
+    block_names: &[&HF_BLOCK_NAMES, &[("ffn_gate_inp.weight", "mlp.gate.weight")]],
+    stacks: &[
+        HfStack {
+            gguf: "ffn_gate_exps.weight",
+            per_expert: "mlp.experts.{e}.gate_proj.weight",
+            fused: ("mlp.experts.gate_up_proj", 0, 2),
+        },
+        HfStack {
+            gguf: "ffn_up_exps.weight",
+            per_expert: "mlp.experts.{e}.up_proj.weight",
+            fused: ("mlp.experts.gate_up_proj", 1, 2),
+        },
+        HfStack {
+            gguf: "ffn_down_exps.weight",
+            per_expert: "mlp.experts.{e}.down_proj.weight",
+            fused: ("mlp.experts.down_proj", 0, 1),
+        },
+    ],
+    ..HfNames::DECODER
+};
 
 /// The per-block tensors of an HF checkpoint: `blk.{i}.` + GGUF suffix is
 /// `model.layers.{i}.` + HF suffix.
@@ -741,11 +826,12 @@ mod tests {
         }
     }
 
-    /// Qwen3-MoE's GGUF expert keys: read, and what kiln's qwen3moe does
-    /// not compute refused by name; other architectures refuse them all.
+    /// Qwen3-MoE's and Mixtral's (llama's) GGUF expert keys: read, and
+    /// what kiln does not compute refused by name; other architectures
+    /// refuse them all.
     #[test]
     fn qwen3moe_config_from_gguf() {
-        let read = |arch: &'static str, extra: Vec<(&'static str, Meta)>| {
+        let read_with = |arch: &'static str, extra: Vec<(&'static str, Meta)>, without: &str| {
             let mut meta = vec![
                 ("general.architecture", Meta::Str(arch)),
                 ("block_count", Meta::U32(2)),
@@ -758,7 +844,7 @@ mod tests {
                 ("expert_used_count", Meta::U32(2)),
                 ("expert_feed_forward_length", Meta::U32(32)),
             ];
-            meta.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+            meta.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k) && *k != without);
             meta.extend(extra);
             let keys: Vec<String> = meta
                 .iter()
@@ -768,9 +854,18 @@ mod tests {
                 keys.iter().map(String::as_str).zip(meta.into_iter().map(|(_, v)| v)).collect();
             Config::from_gguf(&Gguf::parse(gguf_bytes(&meta, &[])).unwrap()).map_err(|e| e.to_string())
         };
+        let read = |arch, extra| read_with(arch, extra, "");
+        let read_without = |arch, key| read_with(arch, vec![], key);
         let c = read("qwen3moe", vec![]).unwrap();
         let want = MoeConfig { experts: 8, used: 2, feed_forward_length: 32, norm_topk: true };
         assert_eq!((c.experts, c.qk_norm, c.rope_style), (Some(want), true, RopeStyle::NeoX));
+        // Mixtral: llama with experts, as wide as the feed-forward unless
+        // the file says otherwise.
+        let c = read("llama", vec![]).unwrap();
+        assert_eq!((c.experts, c.rope_style), (Some(want), RopeStyle::Interleaved));
+        let c = read_without("llama", "expert_feed_forward_length").unwrap();
+        assert_eq!(c.experts.map(|e| e.feed_forward_length), Some(64));
+        assert!(read_without("qwen3moe", "expert_feed_forward_length").is_err());
         let refused = [
             (
                 "qwen3moe",
@@ -784,7 +879,12 @@ mod tests {
             ),
             ("qwen3moe", vec![("expert_gating_func", Meta::U32(2))], "qwen3moe.expert_gating_func = 2"),
             ("qwen3moe", vec![("expert_weights_scale", Meta::F32(2.5))], "qwen3moe.expert_weights_scale = 2.5"),
-            ("llama", vec![], "llama.expert_count = 8: mixture-of-experts models are not supported yet"),
+            (
+                "llama",
+                vec![("expert_used_count", Meta::U32(9))],
+                "llama.expert_used_count = 9: is more than expert_count 8",
+            ),
+            ("qwen2", vec![], "qwen2.expert_count = 8: mixture-of-experts models are not supported yet"),
         ];
         for (arch, extra, needle) in refused {
             let e = read(arch, extra).expect_err("refused");
@@ -948,8 +1048,8 @@ mod tests {
         assert!(with(vec![("llama.context_length", Meta::U32(8192))]).is_ok());
         let refused = [
             (
-                vec![("llama.expert_count", Meta::U32(8)), ("llama.expert_used_count", Meta::U32(2))],
-                "GGUF metadata: llama.expert_count = 8: mixture-of-experts models are not supported yet",
+                vec![("llama.expert_count", Meta::U32(8)), ("llama.expert_used_count", Meta::U32(9))],
+                "GGUF metadata: llama.expert_used_count = 9: is more than expert_count 8",
             ),
             (
                 vec![("llama.attention.layer_norm_rms_epsilon", Meta::F32(-1.0))],

@@ -92,13 +92,24 @@ pub const FAMILIES: &[Row] = &[
         },
     },
     // Qwen3's attention with a mixture-of-experts feed-forward, read by
-    // llama's front-end; from GGUF only while kiln cannot stack HF's
-    // per-expert tensors.
+    // llama's front-end.
     Row {
         name: "qwen3moe",
         gguf: &["qwen3moe"],
-        hf: &[],
-        hf_names: |_, _| llama::HF_NAMES,
+        hf: &[HfModel { model_type: "qwen3_moe", classes: &["Qwen3MoeForCausalLM"], text_only: false }],
+        hf_names: |_, _| llama::QWEN3MOE_HF_NAMES,
+        reader: Reader::Decoder {
+            gguf: |gguf| Ok(Family::new(llama::Config::from_gguf(gguf)?)),
+            hf: |hf| Ok(Family::new(llama::Config::from_hf(hf)?)),
+        },
+    },
+    // Mixtral: Mistral's attention, every layer's feed-forward a mixture of
+    // experts. Its GGUFs are `llama` with expert keys (the llama row).
+    Row {
+        name: "mixtral",
+        gguf: &[],
+        hf: &[HfModel { model_type: "mixtral", classes: &["MixtralForCausalLM"], text_only: false }],
+        hf_names: |_, has| llama::mixtral_hf_names(has),
         reader: Reader::Decoder {
             gguf: |gguf| Ok(Family::new(llama::Config::from_gguf(gguf)?)),
             hf: |hf| Ok(Family::new(llama::Config::from_hf(hf)?)),

@@ -81,13 +81,49 @@ impl Encoding {
     }
 }
 
+/// Where a param's bytes are in the checkpoint.
+#[derive(Clone, Copy, Debug)]
+pub enum Source<'a> {
+    /// One stored tensor's bytes.
+    Tensor(&'a [u8]),
+    /// Runs of stored bytes joined end to end: a stack of experts' matrices
+    /// that an HF checkpoint keeps apart (or interleaved with others). No
+    /// file holds the param as such, so it is never read in place.
+    Joined(&'a [&'a [u8]]),
+}
+
+impl<'a> Source<'a> {
+    /// The runs of bytes, in order.
+    pub fn parts(&self) -> &[&'a [u8]] {
+        match self {
+            Source::Tensor(bytes) => std::slice::from_ref(bytes),
+            Source::Joined(parts) => parts,
+        }
+    }
+
+    /// The bytes of all runs.
+    pub fn len(&self) -> usize {
+        self.parts().iter().map(|p| p.len()).sum()
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The runs joined, copied.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.parts().concat()
+    }
+}
+
 /// One archive entry: `source`, encoded as `encoding`, stored as `target`.
 #[derive(Clone, Copy, Debug)]
 pub struct DerivedParam<'a> {
     /// The entry's name: the key of `#flow.parameter.named<"scope"::"key">`.
     pub name: &'a str,
     /// The bytes as the checkpoint stores them.
-    pub source: &'a [u8],
+    pub source: Source<'a>,
     /// How `source` is encoded: a ggml type or a dense dtype.
     pub encoding: Encoding,
     /// f32, f16 or bf16; or the source's own dense dtype, which copies it.
@@ -128,7 +164,7 @@ pub fn derive_to_vec(p: &DerivedParam<'_>) -> Result<Vec<u8>, WeightsError> {
     match plan(p, usize::MAX)?.0 {
         Plan::Copy => Ok(p.source.to_vec()),
         Plan::Convert { from, .. } => {
-            let values = quant::dequantize_to_vec(from, p.source)
+            let values = quant::dequantize_to_vec(from, &p.source.to_vec())
                 .map_err(|e| WeightsError::ArchiveEntry { entry: p.name.to_string(), message: e.to_string() })?;
             let mut bytes = Vec::new();
             encode(&values, p.target, &mut bytes);
@@ -137,11 +173,20 @@ pub fn derive_to_vec(p: &DerivedParam<'_>) -> Result<Vec<u8>, WeightsError> {
     }
 }
 
-impl DerivedParam<'_> {
+impl<'a> DerivedParam<'a> {
     /// Whether the stored bytes already are the param's: it can be read
     /// from the source file as is.
     pub fn is_copy(&self) -> bool {
-        self.encoding.dense() == Some(self.target)
+        self.in_place().is_some()
+    }
+
+    /// The param's bytes as one stored tensor, where they are that
+    /// ([`DerivedParam::is_copy`]).
+    pub fn in_place(&self) -> Option<&'a [u8]> {
+        match self.source {
+            Source::Tensor(bytes) if self.encoding.dense() == Some(self.target) => Some(bytes),
+            _ => None,
+        }
     }
 }
 
@@ -171,10 +216,10 @@ fn plan(p: &DerivedParam<'_>, chunk_bytes: usize) -> Result<(Plan, u64), Weights
         }
     };
     let (type_size, block_size) = (from.type_size(), from.block_size());
-    if !p.source.len().is_multiple_of(type_size) {
+    if let Some(part) = p.source.parts().iter().find(|part| !part.len().is_multiple_of(type_size)) {
         return Err(err(format!(
             "{} source bytes are not a whole number of {type_size}-byte {} blocks",
-            p.source.len(),
+            part.len(),
             p.encoding
         )));
     }
@@ -204,14 +249,14 @@ fn write_in_chunks(
     irpa::write_archive(path, &specs, |i, out| {
         let p = &params[i];
         match plans[i] {
-            Plan::Copy => p.source.chunks(chunk_bytes.max(1)).try_for_each(|c| {
+            Plan::Copy => p.source.parts().iter().flat_map(|part| part.chunks(chunk_bytes.max(1))).try_for_each(|c| {
                 out.write_all(c)?;
                 chunk_done(c, c.len() as u64);
                 Ok(())
             }),
             Plan::Convert { from, values: per_chunk } => {
                 let source_chunk = per_chunk / from.block_size() * from.type_size();
-                for src in p.source.chunks(source_chunk) {
+                for src in p.source.parts().iter().flat_map(|part| part.chunks(source_chunk)) {
                     let n = src.len() / from.type_size() * from.block_size();
                     values.resize(n, 0.0);
                     quant::dequantize(from, src, &mut values).map_err(io::Error::other)?;
@@ -297,13 +342,13 @@ pub(crate) mod tests {
         let params = [
             DerivedParam {
                 name: "blk.0.ffn_down.weight",
-                source: &q4k,
+                source: Source::Tensor(&q4k),
                 encoding: GgmlType::Q4_K.into(),
                 target: DType::BF16,
             },
             DerivedParam {
                 name: "output_norm.weight",
-                source: &dense_src,
+                source: Source::Tensor(&dense_src),
                 encoding: DType::F32.into(),
                 target: DType::BF16,
             },
@@ -325,15 +370,48 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.irpa");
         let params = [
-            DerivedParam { name: "u8", source: &raw, encoding: DType::UI8.into(), target: DType::UI8 },
-            DerivedParam { name: "f16", source: &halves, encoding: GgmlType::F16.into(), target: DType::F16 },
-            DerivedParam { name: "f16-as-f32", source: &halves, encoding: DType::F16.into(), target: DType::F32 },
+            DerivedParam { name: "u8", source: Source::Tensor(&raw), encoding: DType::UI8.into(), target: DType::UI8 },
+            DerivedParam {
+                name: "f16",
+                source: Source::Tensor(&halves),
+                encoding: GgmlType::F16.into(),
+                target: DType::F16,
+            },
+            DerivedParam {
+                name: "f16-as-f32",
+                source: Source::Tensor(&halves),
+                encoding: DType::F16.into(),
+                target: DType::F32,
+            },
         ];
         write_derived(&path, &params).unwrap();
         let archive = IrpaArchive::open(&path).unwrap();
         assert_eq!(entry_bytes(&archive, "u8"), raw);
         assert_eq!(entry_bytes(&archive, "f16"), halves);
         assert_eq!(entry_bytes(&archive, "f16-as-f32"), f32_bytes(&[1.5, -0.25, 65504.0]));
+    }
+
+    /// A joined source is its runs end to end, copied or converted; never
+    /// read in place.
+    #[test]
+    fn joined_runs_are_written_end_to_end() {
+        let values: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
+        let bytes = f32_bytes(&values);
+        // The second and first thirds, then the last: a stack out of order.
+        let runs = [&bytes[16..32], &bytes[..16], &bytes[32..]];
+        let joined =
+            |target| DerivedParam { name: "j", source: Source::Joined(&runs), encoding: DType::F32.into(), target };
+        let want: Vec<f32> = [&values[4..8], &values[..4], &values[8..]].concat();
+        let (copy, half) = (joined(DType::F32), joined(DType::BF16));
+        assert!(!copy.is_copy() && copy.in_place().is_none());
+        assert_eq!(derive_to_vec(&copy).unwrap(), f32_bytes(&want));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.irpa");
+        // Chunks of 8 bytes: each run is split.
+        write_in_chunks(&path, &[copy], 8, &mut |_, _| {}).unwrap();
+        assert_eq!(entry_bytes(&IrpaArchive::open(&path).unwrap(), "j"), f32_bytes(&want));
+        write_derived(&path, &[half]).unwrap();
+        assert_eq!(entry_bytes(&IrpaArchive::open(&path).unwrap(), "j"), bf16_bytes(&want));
     }
 
     /// Chunks that split neither on a tensor's end nor on a round number
@@ -344,9 +422,24 @@ pub(crate) mod tests {
         let dense: Vec<f32> = (0..1237).map(|i| i as f32 / 7.0 - 50.0).collect();
         let dense_src = f32_bytes(&dense);
         let params = [
-            DerivedParam { name: "q", source: &q4k, encoding: GgmlType::Q4_K.into(), target: DType::BF16 },
-            DerivedParam { name: "d", source: &dense_src, encoding: DType::F32.into(), target: DType::F16 },
-            DerivedParam { name: "c", source: &dense_src, encoding: DType::F32.into(), target: DType::F32 },
+            DerivedParam {
+                name: "q",
+                source: Source::Tensor(&q4k),
+                encoding: GgmlType::Q4_K.into(),
+                target: DType::BF16,
+            },
+            DerivedParam {
+                name: "d",
+                source: Source::Tensor(&dense_src),
+                encoding: DType::F32.into(),
+                target: DType::F16,
+            },
+            DerivedParam {
+                name: "c",
+                source: Source::Tensor(&dense_src),
+                encoding: DType::F32.into(),
+                target: DType::F32,
+            },
         ];
         let dir = tempfile::tempdir().unwrap();
         let whole = dir.path().join("whole.irpa");
@@ -372,15 +465,30 @@ pub(crate) mod tests {
         let q4k = q4_k_blocks(1, 3);
         let cases: [(DerivedParam, &str); 3] = [
             (
-                DerivedParam { name: "w", source: &q4k[..100], encoding: GgmlType::Q4_K.into(), target: DType::F32 },
+                DerivedParam {
+                    name: "w",
+                    source: Source::Tensor(&q4k[..100]),
+                    encoding: GgmlType::Q4_K.into(),
+                    target: DType::F32,
+                },
                 "parameter entry \"w\": 100 source bytes are not a whole number of 144-byte ggml Q4_K blocks",
             ),
             (
-                DerivedParam { name: "w", source: &q4k, encoding: GgmlType::Q4_K.into(), target: DType::I8 },
+                DerivedParam {
+                    name: "w",
+                    source: Source::Tensor(&q4k),
+                    encoding: GgmlType::Q4_K.into(),
+                    target: DType::I8,
+                },
                 "parameter entry \"w\": cannot convert ggml Q4_K to i8",
             ),
             (
-                DerivedParam { name: "u", source: &q4k, encoding: DType::UI8.into(), target: DType::F32 },
+                DerivedParam {
+                    name: "u",
+                    source: Source::Tensor(&q4k),
+                    encoding: DType::UI8.into(),
+                    target: DType::F32,
+                },
                 "parameter entry \"u\": cannot convert dense ui8 to f32",
             ),
         ];
@@ -416,7 +524,12 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         let path = dir.path().join("big.irpa");
         let start = std::time::Instant::now();
-        let param = DerivedParam { name: "w", source: &q4k, encoding: GgmlType::Q4_K.into(), target: DType::BF16 };
+        let param = DerivedParam {
+            name: "w",
+            source: Source::Tensor(&q4k),
+            encoding: GgmlType::Q4_K.into(),
+            target: DType::BF16,
+        };
         let summary = write_derived(&path, &[param]).unwrap();
         let secs = start.elapsed().as_secs_f64();
         eprintln!(

@@ -34,13 +34,17 @@ Gemma-3-270M GGUFs loaded by `from_pretrained(dir, gguf_file=...)` (f32),
 the logits at the last position of their prompt, for the top tokens and a
 stride of the vocabulary (the whole row would be 1 MiB for Gemma).
 
-Qwen3-MoE (`qwen3moe`, a `Qwen3MoeForCausalLM`): 8 experts, top 2, its
-expert weights Q8_0-exact, its routing checked to send the prompt's tokens
-to different experts in each layer with no near-ties;
-OUT_DIR/qwen3moe/qwen3moe.gguf is it converted as llama.cpp's converter
-writes it, the experts stacked and Q8_0 (qwen3moe_to_gguf.py).
+Qwen3-MoE (`qwen3moe`, a `Qwen3MoeForCausalLM`) and Mixtral (`mixtral`, a
+`MixtralForCausalLM`): 8 experts, top 2, their expert weights Q8_0-exact,
+their routing checked to send the prompt's tokens to different experts in
+each layer with no near-ties. `save_pretrained` writes their experts one
+tensor each; OUT_DIR/CASE_fused/ is the same model saved in transformers
+5's own fused form (`save_original_format=False`: `gate_up_proj`,
+`down_proj` stacks), with the same logits; OUT_DIR/CASE/CASE.gguf is it
+converted as llama.cpp's converter writes it, the experts stacked and Q8_0
+(moe_to_gguf.py).
 
-With CASE names, only those cases (and their GGUFs) are written.
+With CASE names, only those cases (and their fused forms and GGUFs) are written.
 
 OUT_DIR/versions.json records the versions used.
 """
@@ -59,7 +63,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gemma3n_to_gguf import convert as gemma3n_to_gguf
-from qwen3moe_to_gguf import convert as qwen3moe_to_gguf
+from moe_to_gguf import convert as moe_to_gguf
 
 HERE = Path(__file__).resolve().parent
 # The checkpoints `make setup` installs (src/models/mod.rs, `testing`).
@@ -133,6 +137,20 @@ QWEN3MOE = {
     "norm_topk_prob": True,
 }
 
+
+# A Mixtral without a sliding window (as Mixtral 8x7B; GGUF's llama has
+# none): 8 experts, top 2, 32 wide for Q8_0 blocks.
+MIXTRAL = {
+    **COMMON,
+    "hidden_size": 32,
+    "intermediate_size": 32,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+}
+
+MOE = ("qwen3_moe", "mixtral")
 
 # name -> (config, how config.json is rewritten after saving, or None)
 CASES = {
@@ -239,6 +257,7 @@ CASES = {
     "gemma3n": (transformers.Gemma3nTextConfig(**GEMMA3N), None),
     # Last, so that the cases before keep their seeds.
     "qwen3moe": (transformers.Qwen3MoeConfig(**QWEN3MOE), None),
+    "mixtral": (transformers.MixtralConfig(**MIXTRAL), None),
 }
 
 
@@ -341,7 +360,7 @@ def write_case(out, name, config, rewrite, seed):
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     perturb(model, seed)
-    if config.model_type == "qwen3_moe":
+    if config.model_type in MOE:
         q8_0_experts(model, seed)
         draws = reroute(model, PROMPT, config.num_experts_per_tok, seed)
         print(f"{name}: routers drawn {draws} more times for a robust routing")
@@ -359,6 +378,17 @@ def write_case(out, name, config, rewrite, seed):
     assert np.array_equal(logits(again, PROMPT), want), f"{name}: config.json does not load back"
     np.save(d / "reference.npy", want.astype(np.float32))
     print(f"{name}: {type(model).__name__}, |logits| <= {np.abs(want).max():.3f}")
+    if config.model_type in MOE:
+        fused = out / f"{name}_fused"
+        shutil.rmtree(fused, ignore_errors=True)
+        model.to(torch.bfloat16).save_pretrained(fused, save_original_format=False)
+        model.to(torch.float32)
+        stored = safetensors.safe_open(fused / "model.safetensors", "pt").keys()
+        assert any(k.endswith("experts.gate_up_proj") for k in stored), f"{name}_fused: {sorted(stored)}"
+        again = AutoModelForCausalLM.from_pretrained(fused, dtype=torch.float32).eval()
+        assert np.array_equal(logits(again, PROMPT), want), f"{name}_fused: does not load back"
+        np.save(fused / "reference.npy", want.astype(np.float32))
+        moe_to_gguf(d, d / f"{name}.gguf")
     return model
 
 
@@ -474,13 +504,10 @@ def main():
         for seed, (name, (config, rewrite)) in enumerate(CASES.items()):
             if name in only:
                 write_case(out, name, config, rewrite, seed)
-        if "qwen3moe" in only:
-            qwen3moe_to_gguf(out / "qwen3moe", out / "qwen3moe" / "qwen3moe.gguf")
         return
     models = {}
     for seed, (name, (config, rewrite)) in enumerate(CASES.items()):
         models[name] = write_case(out, name, config, rewrite, seed)
-    qwen3moe_to_gguf(out / "qwen3moe", out / "qwen3moe" / "qwen3moe.gguf")
     write_gemma3_multimodal(out, models["gemma3"], 100)
     gemma3n_to_gguf(out / "gemma3n", out / "gemma3n" / "gemma3n.gguf")
     write_gemma3n_multimodal(out, 200)
