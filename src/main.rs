@@ -110,9 +110,12 @@ enum Command {
         /// `prefill` runs prompts of at most this many tokens as decode
         /// steps, which stream the packed weights, instead of the prompt's
         /// graph, which dequantizes them all at each call (slower for a few
-        /// tokens); 0: never.
-        #[arg(long, default_value_t = kiln::lower::STEPPED_PREFILL)]
-        stepped_prefill: usize,
+        /// tokens); 0: never; `--max-context` or more: every prompt, with no
+        /// prompt graph in the module. By default 32, or every prompt for a
+        /// mixture of experts whose tokens use an eighth of its experts or
+        /// less (the prompt graph runs every expert).
+        #[arg(long)]
+        stepped_prefill: Option<usize>,
         /// Module form; by default bytecode with `--params inline`, else text.
         #[arg(long, value_enum)]
         emit: Option<EmitForm>,
@@ -194,6 +197,15 @@ enum DevCommand {
         /// instead of the preset's mix: `BF16`, `IQ4_XS`, ...
         #[arg(long = "type")]
         ggml_type: Option<GgmlType>,
+        /// Experts per layer of a mixture-of-experts preset instead of its
+        /// own, each token using as many as before: decode's cost against
+        /// the number of experts.
+        #[arg(long)]
+        experts: Option<usize>,
+        /// The preset's first this many layers only: a model's shape at a
+        /// fraction of its size, for measurements per layer.
+        #[arg(long)]
+        layers: Option<usize>,
     },
 }
 
@@ -455,7 +467,7 @@ fn run(cli: Cli) -> Result<()> {
                 }
             }
         }
-        Command::Dev { command: DevCommand::Synth { preset, output, data, seed, ggml_type } } => {
+        Command::Dev { command: DevCommand::Synth { preset, output, data, seed, ggml_type, experts, layers } } => {
             let start = std::time::Instant::now();
             let (data, described) = match data {
                 Data::Zeros => (SynthData::Zeros, "zeros".to_string()),
@@ -464,6 +476,17 @@ fn run(cli: Cli) -> Result<()> {
             let mut config = preset.config();
             if let Some(ty) = ggml_type {
                 config.quant = synth::Quant::Uniform(ty);
+            }
+            if let Some(n) = layers {
+                anyhow::ensure!(
+                    n > 0 && n <= config.dims.block_count,
+                    "--layers {n}: {preset} has {} layers",
+                    config.dims.block_count
+                );
+                config.dims.block_count = n;
+            }
+            if let Some(n) = experts {
+                config.arch = config.arch.with_experts(n).map_err(|e| anyhow::anyhow!("--experts {n}: {e}"))?;
             }
             let s = synth::write(&config, &output, data)?;
             println!(

@@ -162,9 +162,10 @@ pub struct ExportOptions {
     /// fixtures (f32: 2e-5). README's "KV cache dtype" has the figures.
     pub kv_dtype: DType,
     /// `prefill` runs prompts of at most this many tokens as `decode` steps
-    /// ([`crate::lower::GreedyLoop::stepped_prefill`]); 0: never. By default
-    /// [`crate::lower::STEPPED_PREFILL`].
-    pub stepped_prefill: usize,
+    /// ([`crate::lower::GreedyLoop::stepped_prefill`]); 0: never; the
+    /// capacity or more: every prompt, and the module has no prompt graph.
+    /// `None`: the family's [`crate::models::default_stepped_prefill`].
+    pub stepped_prefill: Option<usize>,
     /// The module's form; by default bytecode for inline params, else text.
     pub emit: Option<Emit>,
     /// Encoders (BERT): sentences per chunk of `embed`'s loop, and the
@@ -198,7 +199,7 @@ impl Default for ExportOptions {
             dtype: DType::F32,
             max_context: None,
             kv_dtype: DType::F16,
-            stepped_prefill: crate::lower::STEPPED_PREFILL,
+            stepped_prefill: None,
             emit: None,
             embed: EmbedOptions::default(),
         }
@@ -408,7 +409,8 @@ pub struct Manifest {
     pub kv_dtype: Option<String>,
     /// `prefill` runs prompts of at most this many tokens as `decode` steps
     /// (reading keys and values back from the cache, in `kv_dtype`), longer
-    /// ones through the prompt's graph. Absent for an encoder.
+    /// ones through the prompt's graph; `max_context`: every prompt (no
+    /// prompt graph). Absent for an encoder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stepped_prefill: Option<usize>,
     /// `--parameters=SCOPE=FILE` bindings; relative files are in the directory.
@@ -538,7 +540,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
     let weights = source.weights(options.packed, options.cast())?;
 
     progress.stage("tracing");
-    let (traced, max_context, cache_bytes) = match &program {
+    let (traced, max_context, cache_bytes, stepped_prefill) = match &program {
         Program::Decoder(family) => {
             let bytes = |(keys, values): (TensorType, TensorType)| {
                 [keys, values].iter().map(|ty| (ty.num_elements() * ty.dtype.size_in_bytes()) as u64).sum::<u64>()
@@ -552,12 +554,14 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
             };
             let cache = CacheSpec::new(max_context, options.kv_dtype)?;
             let cache_bytes = bytes(crate::models::cache_types(family, &*weights, cache)?);
-            let serving =
-                Serving { stepped_prefill: options.stepped_prefill, ..Serving::new(family, &*weights, cache)? };
-            (Traced::Serving(Box::new(serving)), max_context, cache_bytes)
+            let stepped =
+                options.stepped_prefill.unwrap_or_else(|| crate::models::default_stepped_prefill(family, max_context));
+            let serving = Serving::stepped(family, &*weights, cache, stepped)?;
+            let stepped = serving.stepped_prefill;
+            (Traced::Serving(Box::new(serving)), max_context, cache_bytes, Some(stepped))
         }
         // No cache: the capacity is the longest sentence.
-        Program::Encoder(config) => (Traced::embed(config, &*weights, options)?, config.max_length, 0),
+        Program::Encoder(config) => (Traced::embed(config, &*weights, options)?, config.max_length, 0, None),
     };
     let graphs = traced.graphs();
     let names: BTreeSet<&str> = graphs.iter().flat_map(|g| g.params().map(|(_, name, _)| name)).collect();
@@ -630,10 +634,7 @@ pub fn export(model: &Path, dir: &Path, options: &ExportOptions, progress: &mut 
             Program::Decoder(_) => Some(options.kv_dtype.as_str().into()),
             Program::Encoder(_) => None,
         },
-        stepped_prefill: match &program {
-            Program::Decoder(_) => Some(options.stepped_prefill),
-            Program::Encoder(_) => None,
-        },
+        stepped_prefill,
         parameters,
         elided_resources: plan.elided_resources(),
         compile_flags: plan.compile_flags.clone(),

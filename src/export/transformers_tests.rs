@@ -60,7 +60,7 @@ fn matches_transformers_packed(model: &Path, name: &str, packed: PackedPolicy) -
 /// [`matches_transformers_packed`] of an export that writes `written`
 /// params into `params.irpa` (expert stacks that HF keeps apart).
 fn matches_transformers_writing(model: &Path, name: &str, packed: PackedPolicy, written: usize) -> f64 {
-    let (worst, _) = iree_against_transformers(model, name, DType::F32, packed, written);
+    let (worst, _) = iree_against_transformers(model, name, DType::F32, packed, written, STEPPED_PREFILL);
     assert!(worst <= TOLERANCE, "{name}: logits differ from transformers' by {worst:e}");
     worst
 }
@@ -74,15 +74,17 @@ fn reference(name: &str) -> (Vec<f64>, usize) {
 }
 
 /// Exports the checkpoint at `model` with a `kv_dtype` cache (packed
-/// tensors under `packed`), checks that it wrote `written` params (the
-/// rest read in place), compiles it and runs [`steps`] through IREE: the
-/// largest |kiln - transformers| and the export's directory.
+/// tensors under `packed`, prompts of up to `stepped_prefill` tokens as
+/// decode steps), checks that it wrote `written` params (the rest read in
+/// place), compiles it and runs [`steps`] through IREE: the largest |kiln
+/// - transformers| and the export's directory.
 fn iree_against_transformers(
     model: &Path,
     name: &str,
     kv_dtype: DType,
     packed: PackedPolicy,
     written: usize,
+    stepped_prefill: usize,
 ) -> (f64, tempfile::TempDir) {
     let (want, vocab) = reference(name);
     let options = ExportOptions {
@@ -90,7 +92,7 @@ fn iree_against_transformers(
         packed,
         max_context: Some(16),
         kv_dtype,
-        stepped_prefill: STEPPED_PREFILL,
+        stepped_prefill: Some(stepped_prefill),
         ..ExportOptions::default()
     };
     let (dir, summary) = export_and_compile(model, &options);
@@ -141,10 +143,7 @@ fn interpreter_steps(name: &str, kv_dtype: DType, diff: impl FnMut(&[f64], usize
     let source = Source::open(&case_dir(name)).unwrap();
     let weights = source.weights(PackedPolicy::Fail, None).unwrap();
     let cache = CacheSpec::new(16, kv_dtype).unwrap();
-    let serving = Serving {
-        stepped_prefill: STEPPED_PREFILL,
-        ..Serving::new(&source.family().unwrap(), &*weights, cache).unwrap()
-    };
+    let serving = Serving::stepped(&source.family().unwrap(), &*weights, cache, STEPPED_PREFILL).unwrap();
     let params = crate::interp::CachedParams::new(&*weights);
     let mut call = |function: &str, inputs: &[Value]| match function {
         "prefill" => {
@@ -220,6 +219,19 @@ fn gemma3n_matches_transformers() {
 fn qwen3moe_gguf_matches_transformers() {
     let gguf = case_dir("qwen3moe").join("qwen3moe.gguf");
     matches_transformers_packed(&gguf, "qwen3moe", PackedPolicy::Keep);
+}
+
+/// The same GGUF with every prompt run as decode steps (`--stepped-prefill`
+/// at the capacity, what a mixture of many experts gets by default): the
+/// module has no prompt graph, `generate` calls the stepped `prefill`.
+#[test]
+fn qwen3moe_every_prompt_stepped_matches_transformers() {
+    let gguf = case_dir("qwen3moe").join("qwen3moe.gguf");
+    let (worst, dir) = iree_against_transformers(&gguf, "qwen3moe", DType::F32, PackedPolicy::Keep, 0, 16);
+    assert!(worst <= TOLERANCE, "qwen3moe: logits differ from transformers' by {worst:e}");
+    let module = std::fs::read_to_string(dir.path().join("model.mlir")).unwrap();
+    assert!(!module.contains("prefill_prompt") && !module.contains("stablehlo.if"), "no prompt graph");
+    assert_eq!(Manifest::read(dir.path()).unwrap().stepped_prefill, Some(16));
 }
 
 /// The same Qwen3-MoE as transformers saved it, one tensor per expert, and
@@ -363,7 +375,8 @@ fn kv_dtypes_against_transformers() {
 /// logits within [`TOLERANCE`], transformers' within [`F16_TOLERANCE`].
 #[test]
 fn f16_kv_cache_matches_interpreter_and_transformers() {
-    let (worst, dir) = iree_against_transformers(&case_dir("gemma3"), "gemma3", DType::F16, PackedPolicy::Fail, 0);
+    let (worst, dir) =
+        iree_against_transformers(&case_dir("gemma3"), "gemma3", DType::F16, PackedPolicy::Fail, 0, STEPPED_PREFILL);
     assert!(worst <= F16_TOLERANCE, "gemma3: logits differ from transformers' by {worst:e}");
     let manifest = Manifest::read(dir.path()).unwrap();
     assert_eq!(manifest.kv_dtype.as_deref(), Some("f16"));

@@ -28,8 +28,10 @@ use melior::ir::{Block, BlockLike, Location, Region, RegionLike, Type, Value};
 
 /// The functions a greedy loop calls, and how many positions the cache has.
 pub struct GreedyLoop<'g> {
-    /// `prefill(tokens: tensor<1x?xi32>) -> (logits: tensor<1x1xVxf32>, caches...)`
-    pub prefill: &'g Graph,
+    /// `prefill(tokens: tensor<1x?xi32>) -> (logits: tensor<1x1xVxf32>,
+    /// caches...)`, the prompt's graph; `None` where every prompt is
+    /// prefilled by decode steps (`stepped_prefill` at least `max_context`).
+    pub prefill: Option<&'g Graph>,
     /// `decode(tokens: tensor<1x1xi32>, position: tensor<i32>, caches...) ->
     /// (logits: tensor<1x1xVxf32>, caches...)`
     pub decode: &'g Graph,
@@ -46,6 +48,11 @@ pub struct GreedyLoop<'g> {
     pub stepped_prefill: usize,
 }
 
+/// The prompt `prefill` takes: one row of token ids.
+fn prompt_type() -> TensorType {
+    TensorType::new([1, crate::graph::DYNAMIC], DType::I32)
+}
+
 /// The default [`GreedyLoop::stepped_prefill`]: about where the steps and
 /// the prompt's graph take the same time (SmolLM2-135M 25 tokens, the
 /// Llama-3.2-1B shape 40).
@@ -53,8 +60,14 @@ pub const STEPPED_PREFILL: usize = 32;
 
 impl<'g> GreedyLoop<'g> {
     /// Every graph the module holds, the model's first.
-    pub fn graphs(&self) -> [&'g Graph; 3] {
-        [self.prefill, self.decode, self.pick]
+    pub fn graphs(&self) -> Vec<&'g Graph> {
+        self.prefill.into_iter().chain([self.decode, self.pick]).collect()
+    }
+
+    /// What `prefill` and `decode` return: the logits `[1, 1, V]` and the
+    /// caches.
+    fn state_types(&self) -> Vec<TensorType> {
+        self.decode.outputs().iter().map(|&v| self.decode.node(v).ty.clone()).collect()
     }
 
     /// `decode`'s caches, `[input, output]`: cache `i` is input `2 + i` and
@@ -75,9 +88,9 @@ pub(super) fn lower_generate(
     let i32_scalar = TensorType::new([], DType::I32);
     let token_ty = TensorType::new([1, 1], DType::I32);
     let out_ty = TensorType::new([1, spec.max_context], DType::I32);
-    let prompt_ty = spec.prefill.node(spec.prefill.inputs()[0]).ty.clone();
-    let cache_tys: Vec<TensorType> =
-        spec.prefill.outputs()[1..].iter().map(|&v| spec.prefill.node(v).ty.clone()).collect();
+    let prompt_ty = prompt_type();
+    let state_tys = spec.state_types();
+    let cache_tys = &state_tys[1..];
     let t = |ty: &TensorType| tensor_type(ctx, ty);
 
     let block = Block::new(&[(t(&prompt_ty), loc), (t(&i32_scalar), loc)]);
@@ -89,11 +102,14 @@ pub(super) fn lower_generate(
         let int = |v: i64| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v), loc));
         let (zero, one) = (int(0)?, int(1)?);
 
-        // The prompt's graph, not the stepped `prefill`: its loop would be
-        // one more inlined copy of decode, compiled again (SmolLM2 with
-        // `--stepped-prefill 32`: 63 -> 194 s with it).
-        let prefill_symbol = if spec.stepped_prefill > 0 { PREFILL_PROMPT } else { spec.prefill.name.as_str() };
-        let prefill = call_as(&e, prefill_symbol, spec.prefill, &[prompt]);
+        // The prompt's graph where there is one, not the stepped `prefill`:
+        // its loop would be one more inlined copy of decode, compiled again
+        // (SmolLM2 with `--stepped-prefill 32`: 63 -> 194 s with it).
+        let prefill = match spec.prefill {
+            Some(graph) if spec.stepped_prefill > 0 => call_as(&e, PREFILL_PROMPT, graph, &[prompt]),
+            Some(graph) => call(&e, graph, &[prompt]),
+            None => e.call("prefill", &[prompt], &state_tys.iter().map(t).collect::<Vec<_>>()),
+        };
         let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), 1);
         let len = e.emit(stablehlo::get_dimension_size(ctx, t(&i32_scalar), prompt, dim.into(), loc))?;
         let last = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), len, one, loc))?;
@@ -191,8 +207,8 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
     let ctx = session.context();
     let loc = Location::name(ctx, "prefill", Location::unknown(ctx));
     let i32_scalar = TensorType::new([], DType::I32);
-    let prompt_ty = spec.prefill.node(spec.prefill.inputs()[0]).ty.clone();
-    let state_tys: Vec<TensorType> = spec.prefill.outputs().iter().map(|&v| spec.prefill.node(v).ty.clone()).collect();
+    let prompt_ty = prompt_type();
+    let state_tys = spec.state_types();
     let t = |ty: &TensorType| tensor_type(ctx, ty);
     let state_types: Vec<Type> = state_tys.iter().map(t).collect();
 
@@ -205,42 +221,39 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
         let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), 1);
         let len = e.emit(stablehlo::get_dimension_size(ctx, t(&i32_scalar), prompt, dim.into(), loc))?;
         let zero = int(0)?;
-        let stepped = compare(&e, len, int(spec.stepped_prefill as i64)?, ComparisonDirection::Le)?;
-        let steps = e.emit(stablehlo::select(ctx, t(&i32_scalar), stepped, len, zero, loc))?;
-
+        // The branches of the choice between steps and the prompt's graph
+        // (their blocks must outlive the emitters that fill them).
         let (zeros_region, whole_region) = (Region::new(), Region::new());
         let zeros = zeros_region.append_block(Block::new(&[]));
-        // The values' cache starts as -0.0, the keys' as 0.0: two equal
-        // constants become one buffer in IREE 3.13, which the loop's
-        // in-place updates of both caches then share (keys overwrote
-        // values). Only written positions are ever read.
-        let last = state_tys.len() - 1;
-        let state = state_tys
-            .iter()
-            .enumerate()
-            .map(|(i, ty)| {
-                let zero = if i == last { -0.0 } else { 0.0 };
-                let value = super::constant::splat_attribute(&e, zero, ty)?;
-                Ok(zeros
-                    .append_operation(stablehlo::constant(ctx, t(ty), value, loc).into())
-                    .result(0)
-                    .expect("a constant has one result")
-                    .into())
-            })
-            .collect::<Result<Vec<Value>, LowerError>>()?;
-        zeros.append_operation(stablehlo::r#return(ctx, &state, loc).into());
         let whole = whole_region.append_block(Block::new(&[]));
-        {
-            let e = Emitter { block: &whole, function: &function, ..e };
-            let state = call_as(&e, PREFILL_PROMPT, spec.prefill, &[prompt]);
-            whole.append_operation(stablehlo::r#return(ctx, &state, loc).into());
-        }
-        let first =
-            block.append_operation(stablehlo::r#if(ctx, &state_types, stepped, zeros_region, whole_region, loc).into());
+        let (first, steps): (Vec<Value>, Value) = match spec.prefill {
+            // Every prompt is stepped.
+            None => (empty_state(&e, &state_tys)?, len),
+            Some(graph) => {
+                let stepped = compare(&e, len, int(spec.stepped_prefill as i64)?, ComparisonDirection::Le)?;
+                let steps = e.emit(stablehlo::select(ctx, t(&i32_scalar), stepped, len, zero, loc))?;
+                {
+                    let e = Emitter { block: &zeros, function: &function, ..e };
+                    let state = empty_state(&e, &state_tys)?;
+                    zeros.append_operation(stablehlo::r#return(ctx, &state, loc).into());
+                }
+                {
+                    let e = Emitter { block: &whole, function: &function, ..e };
+                    let state = call_as(&e, PREFILL_PROMPT, graph, &[prompt]);
+                    whole.append_operation(stablehlo::r#return(ctx, &state, loc).into());
+                }
+                let first = block.append_operation(
+                    stablehlo::r#if(ctx, &state_types, stepped, zeros_region, whole_region, loc).into(),
+                );
+                let state =
+                    (0..state_tys.len()).map(|i| first.result(i).expect("one result per type").into()).collect();
+                (state, steps)
+            }
+        };
 
         // Loop-carried: i, logits, caches..., steps.
         let mut carried = vec![zero];
-        carried.extend((0..state_tys.len()).map(|i| -> Value { first.result(i).expect("one result per type").into() }));
+        carried.extend(first);
         carried.push(steps);
         let mut carried_tys = vec![i32_scalar.clone()];
         carried_tys.extend(state_tys.iter().cloned());
@@ -286,6 +299,24 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
     let function_type = FunctionType::new(ctx, &[t(&prompt_ty)], &state_types);
     session.append_function(scope, "prefill", function_type, block, FunctionKind::Public, &[]);
     Ok(())
+}
+
+/// Empty caches (and logits) of `types` as constants in `e`'s block. The
+/// values' cache (the last) starts as -0.0, the keys' as 0.0: two equal
+/// constants become one buffer in IREE 3.13, which the loop's in-place
+/// updates of both caches then share (keys overwrote values). Only written
+/// positions are ever read.
+fn empty_state<'c, 'a>(e: &Emitter<'c, 'a>, types: &[TensorType]) -> Result<Vec<Value<'c, 'a>>, LowerError> {
+    let last = types.len() - 1;
+    types
+        .iter()
+        .enumerate()
+        .map(|(i, ty)| {
+            let zero = if i == last { -0.0 } else { 0.0 };
+            let value = super::constant::splat_attribute(e, zero, ty)?;
+            e.emit(stablehlo::constant(e.ctx(), tensor_type(e.ctx(), ty), value, e.loc()))
+        })
+        .collect()
 }
 
 /// `call @graph(inputs)`, returning its results.

@@ -210,11 +210,12 @@ impl Session {
             // With stepped prefill, the public `prefill` chooses between the
             // prompt's graph and decode steps by the prompt's length
             // (`generate::lower_prefill`).
-            match spec.stepped_prefill {
-                0 => self.lower_function(scope, spec.prefill, FunctionKind::Public, &[])?,
-                _ => {
-                    self.lower_function_as(scope, spec.prefill, generate::PREFILL_PROMPT, FunctionKind::Private, &[])?
+            match (spec.prefill, spec.stepped_prefill) {
+                (Some(prefill), 0) => self.lower_function(scope, prefill, FunctionKind::Public, &[])?,
+                (Some(prefill), _) => {
+                    self.lower_function_as(scope, prefill, generate::PREFILL_PROMPT, FunctionKind::Private, &[])?
                 }
+                (None, _) => {}
             }
             // The caller's caches are decode's output storage: without it,
             // IREE writes new caches every step (2 x 94 MB for SmolLM2 at
@@ -224,7 +225,7 @@ impl Session {
             // After `decode`: with the stepped `prefill` (which calls it)
             // first, iree-compile 3.13's stream conversion fails ("failed to
             // legalize unresolved target materialization").
-            if spec.stepped_prefill > 0 {
+            if spec.stepped_prefill > 0 || spec.prefill.is_none() {
                 generate::lower_prefill(self, scope, spec)?;
             }
             generate::lower_generate(self, scope, spec)

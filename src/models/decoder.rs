@@ -121,6 +121,11 @@ pub trait DecoderConfig: std::fmt::Debug + std::any::Any {
         Vec::new()
     }
 
+    /// The widest mixture of experts of its layers, if it has any.
+    fn experts(&self) -> Option<super::moe::MoeConfig> {
+        None
+    }
+
     /// Declares the weights in `t` and returns the model, ready to trace.
     fn load<'t>(&self, t: &'t Tracer, weights: &dyn Checkpoint) -> Result<Box<dyn Decoder<'t> + 't>>;
 }

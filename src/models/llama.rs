@@ -480,6 +480,10 @@ impl DecoderConfig for Config {
     fn load<'t>(&self, t: &'t Tracer, weights: &dyn Checkpoint) -> Result<Box<dyn Decoder<'t> + 't>> {
         Ok(Box::new(Llama::load(t, self, weights)?))
     }
+
+    fn experts(&self) -> Option<MoeConfig> {
+        self.experts
+    }
 }
 
 impl<'t> Decoder<'t> for Llama<'t> {

@@ -41,4 +41,6 @@ pub use checkpoint::{linear_each, streamed_together, Checkpoint, Declared, GgufW
 pub use decoder::{Decoder, Keys, Logits, Span};
 pub use error::{ModelError, Result};
 pub use registry::Family;
-pub use serving::{cache_types, entry_points, greedy_pick, prefill, scalar_i32, token_ids, Serving};
+pub use serving::{
+    cache_types, default_stepped_prefill, entry_points, greedy_pick, prefill, scalar_i32, token_ids, Serving,
+};

@@ -270,6 +270,11 @@ impl Family {
         self.0.unread_tensors()
     }
 
+    /// The widest mixture of experts of its layers, if it has any.
+    pub fn experts(&self) -> Option<super::moe::MoeConfig> {
+        self.0.experts()
+    }
+
     /// Declares the weights in `t` and returns the model, ready to trace.
     pub fn load<'t>(&self, t: &'t Tracer, weights: &dyn Checkpoint) -> Result<Box<dyn Decoder<'t> + 't>> {
         self.0.load(t, weights)

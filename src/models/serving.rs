@@ -40,27 +40,32 @@ pub fn entry_points(
     decode_len: usize,
 ) -> Result<Vec<Graph>> {
     let cache = cache.into();
+    Ok(vec![prompt_graph(family, weights, cache)?, decode_graph(family, weights, cache, decode_len)?])
+}
+
+/// [`entry_points`]' `prefill`.
+fn prompt_graph(family: &Family, weights: &dyn Checkpoint, cache: CacheSpec) -> Result<Graph> {
     let cache = CacheSpec::new(cache.max_context, cache.dtype)?;
-    let prefill = {
-        let t = Tracer::new("prefill");
-        let model = family.load(&t, weights)?;
-        let tokens = t.input("tokens", TensorType::new([1, DYNAMIC], DType::I32))?;
-        let (keys, values) = model.cache_types(cache);
-        let (keys, values) = (t.constant(0.0, keys)?, t.constant(0.0, values)?);
-        let start = t.constant(0.0, TensorType::new([], DType::I32))?;
-        finish_cached(&t, &*model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start, empty: true })?
-    };
-    let decode = {
-        let t = Tracer::new("decode");
-        let model = family.load(&t, weights)?;
-        let tokens = t.input("tokens", TensorType::new([1, decode_len], DType::I32))?;
-        let start = t.input("position", TensorType::new([], DType::I32))?;
-        let (keys, values) = model.cache_types(cache);
-        let (keys, values) = (t.input("keys", keys)?, t.input("values", values)?);
-        let cache = KvCache { keys: Cache(keys), values: Cache(values), start, empty: false };
-        finish_cached(&t, &*model, &tokens, cache)?
-    };
-    Ok(vec![prefill, decode])
+    let t = Tracer::new("prefill");
+    let model = family.load(&t, weights)?;
+    let tokens = t.input("tokens", TensorType::new([1, DYNAMIC], DType::I32))?;
+    let (keys, values) = model.cache_types(cache);
+    let (keys, values) = (t.constant(0.0, keys)?, t.constant(0.0, values)?);
+    let start = t.constant(0.0, TensorType::new([], DType::I32))?;
+    finish_cached(&t, &*model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start, empty: true })
+}
+
+/// [`entry_points`]' `decode`.
+fn decode_graph(family: &Family, weights: &dyn Checkpoint, cache: CacheSpec, decode_len: usize) -> Result<Graph> {
+    let cache = CacheSpec::new(cache.max_context, cache.dtype)?;
+    let t = Tracer::new("decode");
+    let model = family.load(&t, weights)?;
+    let tokens = t.input("tokens", TensorType::new([1, decode_len], DType::I32))?;
+    let start = t.input("position", TensorType::new([], DType::I32))?;
+    let (keys, values) = model.cache_types(cache);
+    let (keys, values) = (t.input("keys", keys)?, t.input("values", values)?);
+    let cache = KvCache { keys: Cache(keys), values: Cache(values), start, empty: false };
+    finish_cached(&t, &*model, &tokens, cache)
 }
 
 /// `name(logits: tensor<1 x seq x vocab x f32>, index: tensor<i32>) ->
@@ -80,8 +85,9 @@ pub fn greedy_pick(name: &str, seq: usize, vocab: usize) -> Result<Graph> {
 /// and the pickers of [`crate::lower::GreedyLoop`].
 pub struct Serving {
     /// `prefill(tokens: tensor<1x?xi32>) -> (logits, keys, values)`, the
-    /// logits of the prompt's last position.
-    pub prefill: Graph,
+    /// logits of the prompt's last position; `None` where every prompt is
+    /// prefilled by `decode` steps (`stepped_prefill` at least `max_context`).
+    pub prefill: Option<Graph>,
     /// `decode(tokens: tensor<1x1xi32>, position, keys, values) -> (logits,
     /// keys, values)`.
     pub decode: Graph,
@@ -94,6 +100,18 @@ pub struct Serving {
     pub stepped_prefill: usize,
 }
 
+/// The default [`Serving::stepped_prefill`] of `family`: every prompt for a
+/// mixture of experts whose tokens each use an eighth of the experts or
+/// less, whose prompt graph would run every expert over every token (more
+/// than 8x the work; Qwen3-30B-A3B's is 16x, README "Mixtures of experts"
+/// has the figures), else [`crate::lower::STEPPED_PREFILL`].
+pub fn default_stepped_prefill(family: &Family, max_context: usize) -> usize {
+    match family.experts() {
+        Some(moe) if moe.experts >= 8 * moe.used => max_context,
+        _ => crate::lower::STEPPED_PREFILL,
+    }
+}
+
 /// The key and value caches' types of `family` for `cache`, from the model
 /// loaded on a scratch trace: what a capacity costs before choosing it.
 pub fn cache_types(family: &Family, weights: &dyn Checkpoint, cache: CacheSpec) -> Result<(TensorType, TensorType)> {
@@ -103,23 +121,41 @@ pub fn cache_types(family: &Family, weights: &dyn Checkpoint, cache: CacheSpec) 
 }
 
 impl Serving {
-    /// Traces the three graphs of `family` over `weights`, every tensor of
-    /// the model used ([`Checkpoint::unused`]).
+    /// Traces the graphs of `family` over `weights`, every tensor of the
+    /// model used ([`Checkpoint::unused`]), prompts of up to the family's
+    /// [`default_stepped_prefill`] tokens stepped.
     pub fn new(family: &Family, weights: &dyn Checkpoint, cache: impl Into<CacheSpec>) -> Result<Serving> {
         let cache = cache.into();
-        let [prefill, decode]: [Graph; 2] =
-            entry_points(family, weights, cache, 1)?.try_into().expect("two entry points");
-        let used: BTreeSet<&str> = prefill.params().map(|(_, name, _)| name).collect();
+        Serving::stepped(family, weights, cache, default_stepped_prefill(family, cache.max_context))
+    }
+
+    /// [`Serving::new`] with prompts of up to `stepped_prefill` tokens
+    /// stepped; with `max_context` or more, every prompt, and no prompt
+    /// graph is traced.
+    pub fn stepped(
+        family: &Family,
+        weights: &dyn Checkpoint,
+        cache: impl Into<CacheSpec>,
+        stepped_prefill: usize,
+    ) -> Result<Serving> {
+        let cache = cache.into();
+        let prefill = match stepped_prefill < cache.max_context {
+            true => Some(prompt_graph(family, weights, cache)?),
+            false => None,
+        };
+        let decode = decode_graph(family, weights, cache, 1)?;
+        let used: BTreeSet<&str> =
+            decode.params().chain(prefill.iter().flat_map(|p| p.params())).map(|(_, name, _)| name).collect();
         if let Some(name) = weights.unused(&used, &family.unread_tensors()) {
             return Err(ModelError::UnusedTensor { name, family: family.name().to_string() });
         }
-        let vocab = prefill.node(prefill.outputs()[0]).ty.shape[2];
+        let vocab = decode.node(decode.outputs()[0]).ty.shape[2];
         Ok(Serving {
             prefill,
             decode,
             pick: greedy_pick("pick", 1, vocab)?,
             max_context: cache.max_context,
-            stepped_prefill: crate::lower::STEPPED_PREFILL,
+            stepped_prefill: stepped_prefill.min(cache.max_context),
         })
     }
 
@@ -127,7 +163,7 @@ impl Serving {
     /// into `generate`.
     pub fn greedy_loop(&self) -> crate::lower::GreedyLoop<'_> {
         crate::lower::GreedyLoop {
-            prefill: &self.prefill,
+            prefill: self.prefill.as_ref(),
             decode: &self.decode,
             pick: &self.pick,
             max_context: self.max_context,
@@ -144,15 +180,18 @@ impl Serving {
         params: &dyn ParamSource,
         prompt: &[u32],
     ) -> std::result::Result<Vec<Value>, InterpError> {
-        if prompt.len() > self.stepped_prefill {
-            return crate::interp::run(&self.prefill, &[token_ids(prompt)], params);
+        match &self.prefill {
+            Some(prefill) if prompt.len() > self.stepped_prefill => {
+                return crate::interp::run(prefill, &[token_ids(prompt)], params)
+            }
+            _ => {}
         }
         let mut state: Vec<Value> = self
-            .prefill
+            .decode
             .outputs()
             .iter()
             .map(|&v| {
-                let ty = &self.prefill.node(v).ty;
+                let ty = &self.decode.node(v).ty;
                 Value::from_le_bytes(ty, &vec![0; ty.num_elements() * ty.dtype.size_in_bytes()])
             })
             .collect::<std::result::Result<_, _>>()?;

@@ -63,6 +63,16 @@ pub enum Arch {
         /// The first layers, whose FFN is sparse (`Φ⁻¹(0.95)`).
         sparse_layers: usize,
     },
+    /// `llm_build_qwen3moe`: Qwen3's attention (Q/K norms), every layer's
+    /// feed-forward a mixture of SwiGLU experts, stacked `[E, F, H]`.
+    Qwen3Moe {
+        /// `expert_count`, `E`.
+        experts: usize,
+        /// `expert_used_count`, `k`.
+        used: usize,
+        /// `expert_feed_forward_length`, `F`.
+        expert_feed_forward_length: usize,
+    },
 }
 
 impl Arch {
@@ -72,7 +82,27 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Gemma3 => "gemma3",
             Arch::Gemma3n { .. } => "gemma3n",
+            Arch::Qwen3Moe { .. } => "qwen3moe",
         }
+    }
+
+    /// This mixture of experts with `experts` experts per layer instead,
+    /// each token still using as many: how decode's cost follows `E`.
+    pub fn with_experts(self, experts: usize) -> std::result::Result<Arch, String> {
+        match self {
+            Arch::Qwen3Moe { used, .. } if experts < used => {
+                Err(format!("{experts} experts are fewer than the {used} each token uses"))
+            }
+            Arch::Qwen3Moe { used, expert_feed_forward_length, .. } => {
+                Ok(Arch::Qwen3Moe { experts, used, expert_feed_forward_length })
+            }
+            other => Err(format!("{} has no experts", other.name())),
+        }
+    }
+
+    /// Per-head Q/K norms (Gemma's and Qwen3's).
+    fn qk_norms(self) -> bool {
+        self.gemma_block() || matches!(self, Arch::Qwen3Moe { .. })
     }
 
     /// Gemma's block: Q/K norms, and norms after attention and the FFN.
@@ -165,12 +195,21 @@ pub enum Preset {
     /// of width 2048, a 262144 x 7680 per-layer token table, 4.46B
     /// parameters.
     Gemma3nE2b,
+    /// Qwen3-30B-A3B as Q4_K_M: 48 layers of 128 experts, 8 used per
+    /// token, each 768 wide; 30.5B parameters, 3.3B of them active.
+    Qwen3_30bA3b,
 }
 
 impl Preset {
     /// Every preset.
-    pub const ALL: [Preset; 5] =
-        [Preset::Llama3_8b, Preset::Gemma3_4_5b, Preset::Llama1b, Preset::TinyLlama, Preset::Gemma3nE2b];
+    pub const ALL: [Preset; 6] = [
+        Preset::Llama3_8b,
+        Preset::Gemma3_4_5b,
+        Preset::Llama1b,
+        Preset::TinyLlama,
+        Preset::Gemma3nE2b,
+        Preset::Qwen3_30bA3b,
+    ];
 
     /// The preset's command-line name: `llama3-8b`.
     pub fn name(self) -> &'static str {
@@ -180,6 +219,7 @@ impl Preset {
             Preset::Llama1b => "llama-1b",
             Preset::TinyLlama => "tiny-llama",
             Preset::Gemma3nE2b => "gemma3n-e2b",
+            Preset::Qwen3_30bA3b => "qwen3-30b-a3b",
         }
     }
 
@@ -308,6 +348,29 @@ impl Preset {
                 quant: Quant::Q4KM,
                 byte_tokenizer: false,
             },
+            // Qwen/Qwen3-30B-A3B config.json (the dense intermediate_size,
+            // which no layer uses, as feed_forward_length).
+            Preset::Qwen3_30bA3b => SynthConfig {
+                arch: Arch::Qwen3Moe { experts: 128, used: 8, expert_feed_forward_length: 768 },
+                name,
+                dims: Dims {
+                    block_count: 48,
+                    embedding_length: 2048,
+                    head_count: 32,
+                    head_count_kv: 4,
+                    head_dim: 128,
+                    vocab_size: 151936,
+                    rms_norm_eps: 1e-6,
+                },
+                feed_forward_length: 6144,
+                context_length: 40960,
+                rope: RopeConfig { theta: 1_000_000.0, scaling: RopeScaling::None },
+                sliding_window: None,
+                tied_embeddings: false,
+                token_embd_type: None,
+                quant: Quant::Q4KM,
+                byte_tokenizer: false,
+            },
         }
     }
 }
@@ -381,15 +444,28 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
         add(blk("attn_k"), &[kv_dim, hidden], q(false));
         add(blk("attn_v"), &[kv_dim, hidden], q(more));
         add(blk("attn_output"), &[hidden, q_dim], q(false));
-        if c.arch.gemma_block() {
+        if c.arch.qk_norms() {
             add(blk("attn_q_norm"), &[d.head_dim], GgmlType::F32);
             add(blk("attn_k_norm"), &[d.head_dim], GgmlType::F32);
+        }
+        if c.arch.gemma_block() {
             add(blk("post_attention_norm"), &[hidden], GgmlType::F32);
         }
         add(blk("ffn_norm"), &[hidden], GgmlType::F32);
-        add(blk("ffn_gate"), &[ff, hidden], q(false));
-        add(blk("ffn_up"), &[ff, hidden], q(false));
-        add(blk("ffn_down"), &[hidden, ff], q(more));
+        match c.arch {
+            Arch::Qwen3Moe { experts, expert_feed_forward_length: f, .. } => {
+                // llama.cpp's quantizer leaves the router as converted.
+                add(blk("ffn_gate_inp"), &[experts, hidden], GgmlType::F32);
+                add(blk("ffn_gate_exps"), &[experts, f, hidden], q(false));
+                add(blk("ffn_up_exps"), &[experts, f, hidden], q(false));
+                add(blk("ffn_down_exps"), &[experts, hidden, f], q(more));
+            }
+            _ => {
+                add(blk("ffn_gate"), &[ff, hidden], q(false));
+                add(blk("ffn_up"), &[ff, hidden], q(false));
+                add(blk("ffn_down"), &[hidden, ff], q(more));
+            }
+        }
         if c.arch.gemma_block() {
             add(blk("post_ffw_norm"), &[hidden], GgmlType::F32);
         }
@@ -446,6 +522,13 @@ pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter> {
     }
     if let Some(window) = c.sliding_window {
         keys.push(("attention.sliding_window", int(window)));
+    }
+    if let Arch::Qwen3Moe { experts, used, expert_feed_forward_length } = c.arch {
+        keys.extend([
+            ("expert_count", int(experts)),
+            ("expert_used_count", int(used)),
+            ("expert_feed_forward_length", int(expert_feed_forward_length)),
+        ]);
     }
     if let Arch::Gemma3n { per_layer_input, shared_kv_layers, sparse_layers, .. } = c.arch {
         // As conversion/gemma.py's Gemma3NModel writes them: per-layer
@@ -560,6 +643,9 @@ mod tests {
         assert_eq!(params(Preset::TinyLlama), 106_816);
         // E2B's 4.46B, 2.01B of them the per-layer table; 24 tensors a block.
         assert_eq!(params(Preset::Gemma3nE2b), 4_455_632_480);
+        // Qwen3-30B-A3B's 30.5B, 0.6B of them experts per layer.
+        assert_eq!(params(Preset::Qwen3_30bA3b), 30_532_122_624);
+        assert_eq!(tensors(&Preset::Qwen3_30bA3b.config()).len(), 1 + 48 * 12 + 2);
         assert_eq!(tensors(&Preset::Gemma3nE2b.config()).len(), 6 + 30 * 24 + 1);
         assert_eq!(tensors(&Preset::Llama3_8b.config()).len(), 2 + 32 * 9 + 1);
         assert_eq!(tensors(&Preset::Gemma3_4_5b.config()).len(), 1 + 35 * 13 + 1);
@@ -640,6 +726,34 @@ mod tests {
         assert!(freqs.windows(2).all(|w| w[0] <= w[1]));
     }
 
+    /// Qwen3-30B-A3B's shape reads back through the qwen3moe front-end, its
+    /// down stacks Q6_K where llama.cpp's Q4_K_M gives `ffn_down` more bits,
+    /// the routers F32; with `with_experts` the same model has 8 experts.
+    #[test]
+    fn qwen3_30b_a3b_loads_and_traces_through_the_qwen3moe_front_end() {
+        let types = |c: &SynthConfig, name: &str| tensors(c).into_iter().find(|t| t.0 == name).map(|t| (t.1, t.2));
+        let c = Preset::Qwen3_30bA3b.config();
+        assert_eq!(types(&c, "blk.0.ffn_down_exps.weight"), Some((vec![128, 2048, 768], GgmlType::Q6_K)));
+        assert_eq!(types(&c, "blk.7.ffn_down_exps.weight"), Some((vec![128, 2048, 768], GgmlType::Q4_K)));
+        assert_eq!(types(&c, "blk.4.ffn_gate_inp.weight"), Some((vec![128, 2048], GgmlType::F32)));
+        let small = SynthConfig { arch: c.arch.with_experts(8).unwrap(), ..c.clone() };
+        assert_eq!(types(&small, "blk.4.ffn_up_exps.weight"), Some((vec![8, 768, 2048], GgmlType::Q4_K)));
+        assert!(c.arch.with_experts(4).unwrap_err().contains("fewer than the 8 each token uses"));
+        assert!(Preset::Llama1b.config().arch.with_experts(8).unwrap_err().contains("llama has no experts"));
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.gguf");
+        write(&c, &path, SynthData::Zeros).unwrap();
+        let g = Gguf::open(&path).unwrap();
+        let config = Config::from_gguf(&g).unwrap();
+        let want = crate::models::moe::MoeConfig { experts: 128, used: 8, feed_forward_length: 768, norm_topk: true };
+        assert_eq!((config.experts, config.qk_norm, config.dims.head_dim), (Some(want), true, 128));
+        let weights = crate::models::GgufWeights::new(&g, crate::models::PackedPolicy::Keep).unwrap();
+        let graph =
+            crate::models::entry_points(&crate::models::Family::new(config), &weights, 64, 1).unwrap().remove(1);
+        assert_eq!(graph.params().count(), g.tensors().len());
+    }
+
     #[test]
     fn tiny_llama_exports_and_tokenizes() {
         use crate::models::{Family, GgufWeights, PackedPolicy, Serving};
@@ -670,7 +784,7 @@ mod tests {
             .expect("the tiny model lowers to a verified module");
         drop(module);
         // Untied: token_embd and output are both params.
-        assert_eq!(serving.prefill.params().count(), g.tensors().len());
+        assert_eq!(serving.prefill.as_ref().expect("a prompt graph").params().count(), g.tensors().len());
 
         // One token per byte, each byte's own id; decoding gives the bytes back.
         let tok = Tokenizer::from_gguf(&g).unwrap();
