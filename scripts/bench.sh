@@ -70,6 +70,7 @@ echo "== synthetic checkpoints (kiln dev synth) =="
 "$kiln" dev synth llama-1b -o "$bench/llama-1b.gguf"
 "$kiln" dev synth gemma3-4.5b -o "$bench/gemma3-4.5b.gguf" --data seeded
 "$kiln" dev synth gemma3n-e2b -o "$bench/gemma3n-e2b.gguf"
+"$kiln" dev synth qwen3-30b-a3b -o "$bench/qwen3-30b-a3b.gguf"
 
 # export NAME MODEL RUNS ARGS...: prints wall (median), peak RSS (median),
 # bytes written and, with an archive, its write throughput.
@@ -125,6 +126,7 @@ export_row gemma3-4.5b-archive-f32 "$bench/gemma3-4.5b.gguf" 1 --params archive 
 export_row gemma3n-e2b-reference "$bench/gemma3n-e2b.gguf" 3 --packed keep
 export_row gemma3n-e2b-archive-bf16 "$bench/gemma3n-e2b.gguf" 1 --params archive --packed dequantize --dtype bf16
 rm -rf "$bench/out-gemma3n-e2b-archive-bf16"
+export_row qwen3-30b-a3b-reference "$bench/qwen3-30b-a3b.gguf" 3 --packed keep
 
 echo
 echo "targets:"
@@ -133,6 +135,7 @@ echo "  llama3-8b-reference: wall <= 3 s, peak RSS <= 300 MB and <= 1.25 x smoll
 echo "  llama3-8b-archive-bf16: peak RSS <= 1 GB, archive throughput >= 0.5 x dd"
 echo "  gemma3n-e2b-reference: wall <= 0.5 s, peak RSS <= 50 MB (the seed exporter: 42 s, 46 GB heap)"
 echo "  gemma3n-e2b-archive-bf16: peak RSS <= 100 MB, archive throughput >= 0.5 x dd"
+echo "  qwen3-30b-a3b-reference: wall <= 0.5 s, peak RSS <= 50 MB (kiln issue 25)"
 
 echo
 echo "== the 2 GiB F32 tensor (262144 x 2048, gemma3-4.5b token_embd.weight) through archive mode =="
@@ -201,6 +204,18 @@ scripts/bench-venv.sh
 # (scripts/bench_serving.py --help). Exits 1 if a row failed.
 # shellcheck disable=SC2086
 build/bench-venv/bin/python scripts/bench_serving.py smollm2="$smollm2" gemma3-270m="$gemma3" ${BENCH_SERVING_ARGS:-}
+
+echo
+echo "== mixtures of experts: Qwen3-30B-A3B's shape cut to 4 layers, 128 and 8 experts (top 8), next to llama.cpp =="
+# The whole 48 layers compile for over an hour here; 4 layers show the per-layer costs.
+# Decode reads only the chosen experts: its step at E = 128 should be within 1.2x of E = 8's.
+[ -f "$bench/qwen3-moe-l4.gguf" ] || "$kiln" dev synth qwen3-30b-a3b --layers 4 --data seeded -o "$bench/qwen3-moe-l4.gguf"
+[ -f "$bench/qwen3-moe-l4-e8.gguf" ] \
+  || "$kiln" dev synth qwen3-30b-a3b --layers 4 --experts 8 --data seeded -o "$bench/qwen3-moe-l4-e8.gguf"
+# shellcheck disable=SC2086
+build/bench-venv/bin/python scripts/bench_serving.py e128="$bench/qwen3-moe-l4.gguf" e8="$bench/qwen3-moe-l4-e8.gguf" \
+  --row e128@1024:5,64 --row e8@1024:5,64 --generate-max-prompt 0 --dispatches-at "" --work "$bench/moe" \
+  ${BENCH_MOE_ARGS:-}
 
 echo
 echo "== sentence embeddings: all-MiniLM-L6-v2 through kiln, llama.cpp and transformers, same run (scripts/bench_embed.py) =="

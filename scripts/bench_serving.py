@@ -728,7 +728,7 @@ def main():
     for row in rows:
         log(f"{row.key}: start (load average {os.getloadavg()[0]:.1f})")
         group = (row.model, row.capacity)
-        if current and current != group:  # one export's workers at a time
+        if current in builds and current != group:  # one export's workers at a time
             close_all(builds[current][1])
         current = group
         try:

@@ -83,6 +83,9 @@ pub(super) fn lower_generate(
     scope: &Scope<'_, '_>,
     spec: &GreedyLoop<'_>,
 ) -> Result<(), LowerError> {
+    if spec.prefill.is_none() {
+        return lower_generate_stepped(session, scope, spec);
+    }
     let ctx = session.context();
     let loc = Location::name(ctx, "generate", Location::unknown(ctx));
     let i32_scalar = TensorType::new([], DType::I32);
@@ -163,6 +166,110 @@ pub(super) fn lower_generate(
             body.append_operation(stablehlo::r#return(ctx, &yielded, loc).into());
         }
 
+        let result_types: Vec<Type> = carried_tys.iter().map(t).collect();
+        let op = block
+            .append_operation(stablehlo::r#while(ctx, &result_types, &carried, cond_region, body_region, loc).into());
+        let out: Value =
+            op.result(out_at).map_err(|err| e.error(format!("while has no result {out_at}: {err}")))?.into();
+        block.append_operation(func::r#return(&[out], loc));
+    }
+    let function_type = FunctionType::new(ctx, &[t(&prompt_ty), t(&i32_scalar)], &[t(&out_ty)]);
+    session.append_function(scope, "generate", function_type, block, FunctionKind::Public, &[]);
+    Ok(())
+}
+
+/// `generate` without a prompt graph: one loop of decode steps that reads
+/// the prompt's tokens, then its own picks (the same tokens as [`lower_generate`]):
+///
+/// ```text
+/// n = clamp(0, n_new, MAX - len(prompt) + 1)
+/// caches = empty; token = prompt[0]; out = [-1, ...]
+/// while i < len(prompt) - 1 + max(n, 1):              // i from 0
+///   logits, caches = call @decode(token, i, caches)
+///   picked = call @pick(logits, 0)
+///   out[i - len(prompt) + 1] = picked   where i >= len(prompt) - 1
+///   token = i + 1 < len(prompt) ? prompt[i + 1] : picked
+/// ```
+///
+/// One inlined copy of decode, where calling the stepped `prefill` would
+/// nest its loop in this one (which IREE 3.13 miscompiled: wrong tokens
+/// from a tiny llama).
+fn lower_generate_stepped(session: &Session, scope: &Scope<'_, '_>, spec: &GreedyLoop<'_>) -> Result<(), LowerError> {
+    let ctx = session.context();
+    let loc = Location::name(ctx, "generate", Location::unknown(ctx));
+    let i32_scalar = TensorType::new([], DType::I32);
+    let token_ty = TensorType::new([1, 1], DType::I32);
+    let out_ty = TensorType::new([1, spec.max_context], DType::I32);
+    let prompt_ty = prompt_type();
+    let state_tys = spec.state_types();
+    let caches = state_tys.len() - 1;
+    let t = |ty: &TensorType| tensor_type(ctx, ty);
+
+    let block = Block::new(&[(t(&prompt_ty), loc), (t(&i32_scalar), loc)]);
+    {
+        let prompt: Value = block.argument(0).expect("generate has two arguments").into();
+        let n_new: Value = block.argument(1).expect("generate has two arguments").into();
+        let function = Function::without_inputs();
+        let e = Emitter { session, scope, block: &block, function: &function, node: "generate", op: "generate" };
+        let int = |v: i64| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v), loc));
+        let (zero, one) = (int(0)?, int(1)?);
+        let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), 1);
+        let len = e.emit(stablehlo::get_dimension_size(ctx, t(&i32_scalar), prompt, dim.into(), loc))?;
+        let last = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), len, one, loc))?;
+        let room = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), int(spec.max_context as i64)?, last, loc))?;
+        let n = e.emit(stablehlo::clamp(ctx, t(&i32_scalar), zero, n_new, room, loc))?;
+        let at_least_one = e.emit(stablehlo::maximum(ctx, t(&i32_scalar), n, one, loc))?;
+        let steps = e.emit(stablehlo::add(ctx, t(&i32_scalar), last, at_least_one, loc))?;
+        let out = e.emit(stablehlo::constant(ctx, t(&out_ty), splat_i32(&e, &out_ty, -1)?, loc))?;
+        let first =
+            e.emit(stablehlo::dynamic_slice(ctx, t(&token_ty), prompt, &[zero, zero], e.i64_array(&[1, 1]), loc))?;
+
+        // Loop-carried: i, token, caches..., out, steps, len.
+        let mut carried = vec![zero, first];
+        carried.extend(empty_state(&e, &state_tys)?.into_iter().skip(1));
+        carried.extend([out, steps, len]);
+        let mut carried_tys = vec![i32_scalar.clone(), token_ty.clone()];
+        carried_tys.extend(state_tys[1..].iter().cloned());
+        carried_tys.extend([out_ty.clone(), i32_scalar.clone(), i32_scalar.clone()]);
+        let (out_at, steps_at, len_at) = (2 + caches, 3 + caches, 4 + caches);
+        let block_args: Vec<(Type, Location)> = carried_tys.iter().map(|ty| (t(ty), loc)).collect();
+
+        let (cond_region, body_region) = (Region::new(), Region::new());
+        let cond = cond_region.append_block(Block::new(&block_args));
+        {
+            let e = Emitter { block: &cond, function: &function, ..e };
+            let arg = |i: usize| -> Value { cond.argument(i).expect("one argument per carried value").into() };
+            let more = compare(&e, arg(0), arg(steps_at), ComparisonDirection::Lt)?;
+            cond.append_operation(stablehlo::r#return(ctx, &[more], loc).into());
+        }
+        let body = body_region.append_block(Block::new(&block_args));
+        {
+            let e = Emitter { block: &body, function: &function, ..e };
+            let arg = |i: usize| -> Value { body.argument(i).expect("one argument per carried value").into() };
+            let int = |v: i64| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v), loc));
+            let (i, len) = (arg(0), arg(len_at));
+            let (zero, one) = (int(0)?, int(1)?);
+            let mut inputs = vec![arg(1), i];
+            inputs.extend((0..caches).map(|c| arg(2 + c)));
+            let decoded = call(&e, spec.decode, &inputs);
+            let picked = call(&e, spec.pick, &[decoded[0], zero])[0];
+            let next = e.emit(stablehlo::add(ctx, t(&i32_scalar), i, one, loc))?;
+            // The new tokens start at the prompt's last position.
+            let first_new = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), len, one, loc))?;
+            let at = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), i, first_new, loc))?;
+            let written =
+                e.emit(stablehlo::dynamic_update_slice(ctx, t(&out_ty), arg(out_at), picked, &[zero, at], loc))?;
+            let new = compare(&e, i, first_new, ComparisonDirection::Ge)?;
+            let out = e.emit(stablehlo::select(ctx, t(&out_ty), new, written, arg(out_at), loc))?;
+            let from_prompt =
+                e.emit(stablehlo::dynamic_slice(ctx, t(&token_ty), prompt, &[zero, next], e.i64_array(&[1, 1]), loc))?;
+            let in_prompt = compare(&e, next, len, ComparisonDirection::Lt)?;
+            let token = e.emit(stablehlo::select(ctx, t(&token_ty), in_prompt, from_prompt, picked, loc))?;
+            let mut yielded = vec![next, token];
+            yielded.extend(&decoded[1..]);
+            yielded.extend([out, arg(steps_at), len]);
+            body.append_operation(stablehlo::r#return(ctx, &yielded, loc).into());
+        }
         let result_types: Vec<Type> = carried_tys.iter().map(t).collect();
         let op = block
             .append_operation(stablehlo::r#while(ctx, &result_types, &carried, cond_region, body_region, loc).into());

@@ -17,7 +17,8 @@
 //!   (`top_k`, the winner masked to `-inf` after each: plain StableHLO)
 //!   give their indices, each expert is a dynamic slice of the stacks
 //!   ([`Weight::select`]) fed to the product dense weights use (the fused
-//!   packed one for a packed stack).
+//!   packed one for a packed stack; the `k` experts' gate and up matrices
+//!   as one).
 //! - Prefill runs every expert over every token and contracts their outputs
 //!   with the routing `[seq, E]` (zero for the experts a token did not
 //!   choose), which `routing` finds by rank, without argmax rounds (IREE
@@ -104,11 +105,20 @@ impl<'t> Moe<'t> {
         let weighted = |y: Tensor<'t>, w: &Tensor<'t>| -> Result<Tensor<'t>> {
             Ok(y.multiply(&w.broadcast_in_dim(&y.ty.shape, &[0])?)?)
         };
+        let picked = chosen
+            .iter()
+            .map(|c| {
+                let index = c.index.reshape(&[])?;
+                Ok([self.gate.select(&index)?, self.up.select(&index)?, self.down.select(&index)?])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // Every chosen expert's gate and up as one streamed product (one
+        // dispatch for the k experts' 2k matrices, where they are packed).
+        let gate_up: Vec<&Weight<'t>> = picked.iter().flat_map(|[gate, up, _]| [gate, up]).collect();
+        let gate_up = linear_each(&gate_up, h)?;
         let mut out: Option<Tensor<'t>> = None;
-        for c in &chosen {
-            let index = c.index.reshape(&[])?;
-            let (gate, up, down) = (self.gate.select(&index)?, self.up.select(&index)?, self.down.select(&index)?);
-            let y = weighted(expert(&gate, &up, &down, h)?, &normed(&c.weight)?)?;
+        for ((c, [_, _, down]), gu) in chosen.iter().zip(&picked).zip(gate_up.chunks(2)) {
+            let y = weighted(down.linear(&gu[0].silu()?.multiply(&gu[1])?)?, &normed(&c.weight)?)?;
             out = Some(match out {
                 Some(o) => o.add(&y)?,
                 None => y,
