@@ -183,10 +183,10 @@ fn joined_stacks(checkpoint: &HfCheckpoint) -> Result<BTreeMap<String, Joined<'_
                     tensor.name, tensor.shape
                 )));
             };
-            if !rows.is_multiple_of(parts) {
+            if e == 0 || !rows.is_multiple_of(parts) {
                 return Err(ModelError::Config(format!(
-                    "{}: {rows} rows do not split into {parts} equal blocks",
-                    tensor.name
+                    "{}: shape {:?}: a fused stack needs experts, and rows that split into {parts} equal blocks",
+                    tensor.name, tensor.shape
                 )));
             }
             let run = tensor.data.len() / (e * parts);
