@@ -256,6 +256,20 @@ fn mixtral_matches_transformers() {
     matches_transformers_packed(&case_dir("mixtral").join("mixtral.gguf"), "mixtral", PackedPolicy::Keep);
 }
 
+/// gpt-oss from the GGUF llama.cpp's converter writes of transformers'
+/// checkpoint: sinks, q/k/v/o and expert biases, sliding and full layers,
+/// yarn, the clamped SwiGLU (some values past its limit), the MXFP4 experts
+/// kept packed (written to params.irpa: IREE's GGUF reader has no MXFP4).
+/// Every prompt runs as decode steps, gpt-oss's default
+/// ([`crate::models::default_stepped_prefill`]): IREE 3.13 fails to compile
+/// the prompt graph's routing over the router's biased logits.
+#[test]
+fn gpt_oss_matches_transformers() {
+    let gguf = case_dir("gpt_oss").join("gpt_oss.gguf");
+    let (worst, _) = iree_against_transformers(&gguf, "gpt_oss", DType::F32, PackedPolicy::Keep, 41, 16);
+    assert!(worst <= TOLERANCE, "gpt_oss: logits differ from transformers' by {worst:e}");
+}
+
 /// The text part of Gemma3nForConditionalGeneration, whose per-layer table
 /// is shorter than the vocabulary (token 14 of the prompt reads row 0).
 #[test]

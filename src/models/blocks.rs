@@ -40,6 +40,11 @@ impl<'a, 't> Layer<'a, 't> {
         self.weights.load(self.t, &format!("blk.{}.{name}.bias", self.i), &[len])?.f32()
     }
 
+    /// `blk.{i}.{name}.bias` as f32 of `shape`: a stack of experts' biases.
+    pub fn stacked_bias(&self, name: &str, shape: &[usize]) -> Result<Tensor<'t>> {
+        self.weights.load(self.t, &format!("blk.{}.{name}.bias", self.i), shape)?.f32()
+    }
+
     /// The norm weight `blk.{i}.{name}.weight` (`[len]`), as the forward
     /// pass multiplies by it.
     pub fn norm(&self, name: &str, len: usize) -> Result<Tensor<'t>> {
@@ -254,6 +259,10 @@ pub(crate) struct AttentionConfig {
     pub qkv_bias: bool,
     /// Each query and key head is RMS-normed before RoPE (Qwen3, Gemma 3).
     pub qk_norm: bool,
+    /// The output projection has a bias (gpt-oss).
+    pub output_bias: bool,
+    /// Each head's softmax has a learned extra logit, `attn_sinks` (gpt-oss).
+    pub sinks: bool,
 }
 
 impl AttentionConfig {
@@ -271,6 +280,8 @@ impl AttentionConfig {
             eps: dims.rms_norm_eps,
             qkv_bias: false,
             qk_norm: false,
+            output_bias: false,
+            sinks: false,
         }
     }
 }
@@ -287,12 +298,15 @@ pub(crate) struct Attention<'t> {
     /// The q, k and v biases.
     pub bias: Option<[Tensor<'t>; 3]>,
     pub attn_output: Weight<'t>,
+    pub output_bias: Option<Tensor<'t>>,
+    /// `[heads]`: each head's extra softmax logit.
+    pub sinks: Option<Tensor<'t>>,
     pub c: AttentionConfig,
 }
 
 impl<'t> Attention<'t> {
     /// The projections of `l` (`attn_q`, `attn_k`, `attn_v`, `attn_output`)
-    /// and, where `c` has them, the per-head norms and the biases.
+    /// and, where `c` has them, the per-head norms, the biases and the sinks.
     pub fn load(l: &Layer<'_, 't>, c: AttentionConfig) -> Result<Self> {
         let (q_dim, k_dim, v_dim) =
             (c.head_count * c.head_dim, c.head_count_kv * c.head_dim, c.head_count_kv * c.value_length);
@@ -310,7 +324,9 @@ impl<'t> Attention<'t> {
             false => None,
         };
         let attn_output = l.weight("attn_output", &[c.hidden, c.head_count * c.value_length])?;
-        Ok(Attention { attn_q, attn_k, attn_v, qk_norm, bias, attn_output, c })
+        let output_bias = c.output_bias.then(|| l.bias("attn_output", c.hidden)).transpose()?;
+        let sinks = c.sinks.then(|| l.weight("attn_sinks", &[c.head_count])?.f32()).transpose()?;
+        Ok(Attention { attn_q, attn_k, attn_v, qk_norm, bias, attn_output, output_bias, sinks, c })
     }
 
     /// `x [seq, hidden]` -> `[seq, hidden]`, each of q, k and v projected
@@ -353,8 +369,12 @@ impl<'t> Attention<'t> {
         cache: LayerCache<'_, 't>,
     ) -> Result<Tensor<'t>> {
         let kv = visible.keys(k, v, cache)?;
-        let a = attention(q, &kv.keys, &kv.values, kv.mask.as_ref(), self.c.scale, None)?;
-        self.attn_output.linear(&merge_heads(&a)?)
+        let a = attention(q, &kv.keys, &kv.values, kv.mask.as_ref(), self.c.scale, None, self.sinks.as_ref())?;
+        let out = self.attn_output.linear(&merge_heads(&a)?)?;
+        match &self.output_bias {
+            Some(b) => add_bias(&out, b),
+            None => Ok(out),
+        }
     }
 }
 
@@ -377,6 +397,9 @@ pub(crate) struct BlockConfig {
     /// The feed-forward is a mixture of experts ([`Moe`], SwiGLU experts)
     /// in place of the dense one.
     pub experts: Option<MoeConfig>,
+    /// The GGUF name of the feed-forward's input norm: `ffn_norm`
+    /// (gpt-oss's is `post_attention_norm`).
+    pub ffn_norm: &'static str,
 }
 
 /// A block's feed-forward: dense, or a mixture of experts.
@@ -412,7 +435,7 @@ impl<'t> Block<'t> {
             attn: Attention::load(l, c.attention)?,
             attend,
             post_attention_norm: post_norm("post_attention_norm")?,
-            ffn_norm: l.norm("ffn_norm", hidden)?,
+            ffn_norm: l.norm(c.ffn_norm, hidden)?,
             ffn: match c.experts {
                 Some(experts) => Ffn::Experts(Moe::load(l, hidden, experts)?),
                 None => Ffn::Dense(GatedFfn::load(l, hidden, c.feed_forward_length, c.activation)?),

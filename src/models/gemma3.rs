@@ -276,6 +276,7 @@ impl Config {
             activation: Activation::GeluTanh,
             post_norms: true,
             experts: None,
+            ffn_norm: "ffn_norm",
         }
     }
 }

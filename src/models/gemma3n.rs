@@ -557,7 +557,7 @@ impl<'t> Attention<'t> {
         let kv = computed.as_ref().or(shared).ok_or_else(|| {
             ModelError::Config("a layer shares keys and values, but no layer before it computes them".into())
         })?;
-        let a = attention(&q, &kv.keys, &kv.values, kv.mask.as_ref(), 1.0, None)?;
+        let a = attention(&q, &kv.keys, &kv.values, kv.mask.as_ref(), 1.0, None, None)?;
         Ok((self.attn_output.linear(&merge_heads(&a)?)?, computed))
     }
 }

@@ -252,7 +252,7 @@ fn experts_from_gguf<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>, width: Opt
         Some(width) => keys.int_or("expert_feed_forward_length", width)?,
         None => keys.count("expert_feed_forward_length")?,
     };
-    Ok(MoeConfig { experts, used, feed_forward_length, norm_topk: true })
+    Ok(MoeConfig::swiglu(experts, used, feed_forward_length, true))
 }
 
 /// Qwen3-MoE's `config.json` expert keys: the experts, and the layers
@@ -266,12 +266,7 @@ fn experts_from_hf(keys: &HfKeys<'_>, block_count: usize) -> Result<(Option<MoeC
         return Err(keys.error("mlp_only_layers", &i.into(), format!("is not a layer of {block_count}")));
     }
     let dense_layers = (0..block_count).filter(|i| mlp_only.contains(i) || !(i + 1).is_multiple_of(step)).collect();
-    let c = MoeConfig {
-        experts,
-        used,
-        feed_forward_length: keys.count("moe_intermediate_size")?,
-        norm_topk: keys.or("norm_topk_prob", false)?,
-    };
+    let c = MoeConfig::swiglu(experts, used, keys.count("moe_intermediate_size")?, keys.or("norm_topk_prob", false)?);
     // Training only: the router's auxiliary loss.
     keys.ignore(&["output_router_logits", "router_aux_loss_coef"]);
     Ok((Some(c), dense_layers))
@@ -284,7 +279,7 @@ fn mixtral_experts(keys: &HfKeys<'_>) -> Result<MoeConfig> {
     let (experts, used) = expert_counts(keys)?;
     // Training only: the router's auxiliary loss and its input noise.
     keys.ignore(&["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]);
-    Ok(MoeConfig { experts, used, feed_forward_length: keys.count("intermediate_size")?, norm_topk: true })
+    Ok(MoeConfig::swiglu(experts, used, keys.count("intermediate_size")?, true))
 }
 
 /// The experts and how many each token goes to, from `config.json`.
@@ -340,7 +335,14 @@ impl Config {
             AttentionConfig { qkv_bias: self.qkv_bias, qk_norm: self.qk_norm, ..AttentionConfig::of(&self.dims) };
         let feed_forward_length = self.feed_forward_length;
         let experts = self.experts.filter(|_| !self.dense_layers.contains(&i));
-        BlockConfig { attention, feed_forward_length, activation: Activation::Silu, post_norms: false, experts }
+        BlockConfig {
+            attention,
+            feed_forward_length,
+            activation: Activation::Silu,
+            post_norms: false,
+            experts,
+            ffn_norm: "ffn_norm",
+        }
     }
 }
 
@@ -806,7 +808,7 @@ mod tests {
             Config::from_hf(&HfConfig::parse(&c.to_string()).unwrap()).map_err(|e| e.to_string())
         };
         let c = read(&|_| {}).unwrap();
-        let want = MoeConfig { experts: 8, used: 2, feed_forward_length: 32, norm_topk: true };
+        let want = MoeConfig::swiglu(8, 2, 32, true);
         assert_eq!((c.experts, c.dense_layers.as_slice(), c.qk_norm), (Some(want), &[][..], true));
         // A checkpoint's spelling (`num_experts`), dense layers both ways.
         let c = read(&|c| {
@@ -861,7 +863,7 @@ mod tests {
         let read = |arch, extra| read_with(arch, extra, "");
         let read_without = |arch, key| read_with(arch, vec![], key);
         let c = read("qwen3moe", vec![]).unwrap();
-        let want = MoeConfig { experts: 8, used: 2, feed_forward_length: 32, norm_topk: true };
+        let want = MoeConfig::swiglu(8, 2, 32, true);
         assert_eq!((c.experts, c.qk_norm, c.rope_style), (Some(want), true, RopeStyle::NeoX));
         // Mixtral: llama with experts, as wide as the feed-forward unless
         // the file says otherwise.

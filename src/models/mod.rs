@@ -1,6 +1,6 @@
 //! Model front-ends: each architecture traces its forward pass from a
 //! checkpoint's metadata and tensor table, one file per family
-//! ([`llama`], [`gemma3`], [`gemma3n`]; the encoder [`bert`]) holding its
+//! ([`llama`], [`gemma3`], [`gemma3n`], [`gpt_oss`]; the encoder [`bert`]) holding its
 //! equations over shared blocks (`blocks.rs`: a block's tensors, the gated
 //! feed-forward, attention, the head; [`moe`], the mixture-of-experts
 //! feed-forward) and shared config readers
@@ -27,6 +27,7 @@ pub mod decoder;
 mod error;
 pub mod gemma3;
 pub mod gemma3n;
+pub mod gpt_oss;
 pub mod hf;
 pub mod llama;
 pub mod moe;

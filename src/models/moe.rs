@@ -7,6 +7,9 @@
 //! w = p[chosen] (/ Σ p[chosen] with norm_topk_prob)
 //! moe(h) = Σ_j w_j · W_down[e_j] · (silu(W_gate[e_j] · h) * W_up[e_j] · h)
 //! ```
+//! gpt-oss adds biases to the router and to each expert's three products,
+//! and gates with its clamped SwiGLU ([`ExpertGate::ClampedSwiglu`]); its
+//! softmax over the `k` chosen logits is the renormalized one above.
 //! - References: transformers `Qwen3MoeSparseMoeBlock`, `Qwen3MoeTopKRouter`
 //!   (models/qwen3_moe/modeling_qwen3_moe.py); llama.cpp `build_moe_ffn`
 //!   (src/llama-graph.cpp), whose GGUF names and `[E, F, H]` expert stacks
@@ -26,13 +29,13 @@
 //!   Simple and correct; its cost against grouping tokens by expert at
 //!   E = 128 is still to be measured.
 
-use super::blocks::Layer;
+use super::blocks::{add_bias, Layer};
 use super::{linear_each, Result, Weight};
 use crate::graph::{ComparisonDirection, DType, DotDimensions, ReduceKind, TensorType};
 use crate::trace::Tensor;
 
 /// The shape of a mixture-of-experts feed-forward and its routing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MoeConfig {
     /// Experts, `E`.
     pub experts: usize,
@@ -43,6 +46,74 @@ pub struct MoeConfig {
     /// The chosen experts' probabilities are divided by their sum (HF's
     /// `norm_topk_prob`; llama.cpp's `norm_w`).
     pub norm_topk: bool,
+    /// The router and every expert's products have biases (gpt-oss).
+    pub biases: bool,
+    /// How an expert combines its gate and up products.
+    pub gate: ExpertGate,
+}
+
+impl MoeConfig {
+    /// `k` of `E` SwiGLU experts `F` wide without biases, as Qwen3-MoE's and
+    /// Mixtral's, their weights renormalized with `norm_topk`.
+    pub fn swiglu(experts: usize, used: usize, feed_forward_length: usize, norm_topk: bool) -> Self {
+        MoeConfig { experts, used, feed_forward_length, norm_topk, biases: false, gate: ExpertGate::Silu }
+    }
+}
+
+/// What an expert computes from its gate and up products `g` and `u`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ExpertGate {
+    /// SwiGLU: `silu(g) · u`.
+    Silu,
+    /// gpt-oss's: `g' · σ(alpha · g') · (u' + 1)` with `g' = min(g, limit)`
+    /// and `u' = clamp(u, −limit, limit)` (transformers'
+    /// `GptOssExperts._apply_gate`, llama.cpp's `swiglu_oai`).
+    ClampedSwiglu {
+        /// 1.702 in every gpt-oss.
+        alpha: f64,
+        /// 7 in every gpt-oss.
+        limit: f64,
+    },
+}
+
+impl ExpertGate {
+    fn apply<'t>(self, g: &Tensor<'t>, u: &Tensor<'t>) -> Result<Tensor<'t>> {
+        match self {
+            ExpertGate::Silu => Ok(g.silu()?.multiply(u)?),
+            ExpertGate::ClampedSwiglu { alpha, limit } => {
+                let t = g.tracer();
+                let scalar = |v: f64| t.constant(v, TensorType::new([], g.ty.dtype));
+                let g = g.clamp(&scalar(f64::NEG_INFINITY)?, &scalar(limit)?)?;
+                let u = u.clamp(&scalar(-limit)?, &scalar(limit)?)?;
+                let glu = g.multiply(&g.multiply(&t.constant(alpha, g.ty.clone())?)?.logistic()?)?;
+                Ok(glu.multiply(&u.add(&t.constant(1.0, u.ty.clone())?)?)?)
+            }
+        }
+    }
+}
+
+/// gpt-oss's biases: the router's `[E]`, the experts' gate and up `[E, F]`
+/// and down `[E, H]` (`ffn_gate_inp.bias`, `ffn_{gate,up,down}_exps.bias`).
+struct Biases<'t> {
+    router: Tensor<'t>,
+    gate: Tensor<'t>,
+    up: Tensor<'t>,
+    down: Tensor<'t>,
+}
+
+/// Row `i` (an i32 scalar) of the stacked bias `b [E, n]`: `[n]`.
+fn bias_row<'t>(b: &Tensor<'t>, i: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let n = b.ty.shape[1];
+    let zero = b.tracer().constant(0.0, TensorType::new([], DType::I32))?;
+    Ok(b.dynamic_slice(&[i, &zero], &[1, n])?.reshape(&[n])?)
+}
+
+/// `y [seq, n]` plus `bias [n]` where there is one.
+fn biased<'t>(y: Tensor<'t>, bias: Option<Tensor<'t>>) -> Result<Tensor<'t>> {
+    match bias {
+        Some(b) => add_bias(&y, &b),
+        None => Ok(y),
+    }
 }
 
 /// A block's router `ffn_gate_inp` (`[E, H]`) and its experts, stacked:
@@ -52,6 +123,9 @@ pub(crate) struct Moe<'t> {
     gate: Weight<'t>,
     up: Weight<'t>,
     down: Weight<'t>,
+    /// Boxed: a block's feed-forward is this or a dense one, of the size
+    /// of the weights alone.
+    biases: Option<Box<Biases<'t>>>,
     c: MoeConfig,
 }
 
@@ -59,11 +133,21 @@ impl<'t> Moe<'t> {
     /// The router and expert stacks of `l`, for a residual stream of `hidden`.
     pub fn load(l: &Layer<'_, 't>, hidden: usize, c: MoeConfig) -> Result<Self> {
         let (e, f) = (c.experts, c.feed_forward_length);
+        let biases = match c.biases {
+            true => Some(Box::new(Biases {
+                router: l.bias("ffn_gate_inp", e)?,
+                gate: l.stacked_bias("ffn_gate_exps", &[e, f])?,
+                up: l.stacked_bias("ffn_up_exps", &[e, f])?,
+                down: l.stacked_bias("ffn_down_exps", &[e, hidden])?,
+            })),
+            false => None,
+        };
         Ok(Moe {
             router: l.weight("ffn_gate_inp", &[e, hidden])?,
             gate: l.weight("ffn_gate_exps", &[e, f, hidden])?,
             up: l.weight("ffn_up_exps", &[e, f, hidden])?,
             down: l.weight("ffn_down_exps", &[e, hidden, f])?,
+            biases,
             c,
         })
     }
@@ -72,7 +156,7 @@ impl<'t> Moe<'t> {
     /// the `k` chosen experts only; else every expert, weighted by the
     /// routing.
     pub fn forward(&self, h: &Tensor<'t>) -> Result<Tensor<'t>> {
-        let logits = self.router.linear(h)?;
+        let logits = biased(self.router.linear(h)?, self.biases.as_ref().map(|b| b.router.clone()))?;
         if h.ty.shape[0] != 1 {
             let routing = routing(&logits, self.c.used, self.c.norm_topk)?;
             // Every expert's output `[seq, E, hidden]`, contracted with the
@@ -81,7 +165,15 @@ impl<'t> Moe<'t> {
             // `[seq, hidden]` output fails its CPU workgroup distribution).
             let (e, seq, hidden) = (self.c.experts, h.ty.shape[0], h.ty.shape[1]);
             let (gates, ups, downs) = (self.gate.row_blocks(e)?, self.up.row_blocks(e)?, self.down.row_blocks(e)?);
-            let outputs = (0..e).map(|i| expert(&gates[i], &ups[i], &downs[i], h)).collect::<Result<Vec<_>>>()?;
+            let outputs = (0..e)
+                .map(|i| {
+                    let rows = match self.biases {
+                        Some(_) => self.bias_rows(&h.tracer().constant(i as f64, TensorType::new([], DType::I32))?)?,
+                        None => None,
+                    };
+                    self.expert([&gates[i], &ups[i], &downs[i]], rows, h)
+                })
+                .collect::<Result<Vec<_>>>()?;
             let outputs = h.tracer().concatenate(&outputs.iter().collect::<Vec<_>>(), 1)?.reshape(&[seq, e, hidden])?;
             let per_token = DotDimensions {
                 lhs_batching_dimensions: vec![0],
@@ -109,16 +201,18 @@ impl<'t> Moe<'t> {
             .iter()
             .map(|c| {
                 let index = c.index.reshape(&[])?;
-                Ok([self.gate.select(&index)?, self.up.select(&index)?, self.down.select(&index)?])
+                let weights = [self.gate.select(&index)?, self.up.select(&index)?, self.down.select(&index)?];
+                Ok((weights, self.bias_rows(&index)?))
             })
             .collect::<Result<Vec<_>>>()?;
         // Every chosen expert's gate and up as one streamed product (one
         // dispatch for the k experts' 2k matrices, where they are packed).
-        let gate_up: Vec<&Weight<'t>> = picked.iter().flat_map(|[gate, up, _]| [gate, up]).collect();
+        let gate_up: Vec<&Weight<'t>> = picked.iter().flat_map(|([gate, up, _], _)| [gate, up]).collect();
         let gate_up = linear_each(&gate_up, h)?;
         let mut out: Option<Tensor<'t>> = None;
-        for ((c, [_, _, down]), gu) in chosen.iter().zip(&picked).zip(gate_up.chunks(2)) {
-            let y = weighted(down.linear(&gu[0].silu()?.multiply(&gu[1])?)?, &normed(&c.weight)?)?;
+        for ((c, ([_, _, down], rows)), gu) in chosen.iter().zip(picked).zip(gate_up.chunks(2)) {
+            let y = self.finish(&down, rows, &gu[0], &gu[1])?;
+            let y = weighted(y, &normed(&c.weight)?)?;
             out = Some(match out {
                 Some(o) => o.add(&y)?,
                 None => y,
@@ -128,11 +222,39 @@ impl<'t> Moe<'t> {
     }
 }
 
-/// One SwiGLU expert over `h [seq, hidden]`: gate and up as one streamed
-/// product where they can be ([`linear_each`]).
-fn expert<'t>(gate: &Weight<'t>, up: &Weight<'t>, down: &Weight<'t>, h: &Tensor<'t>) -> Result<Tensor<'t>> {
-    let [g, u]: [Tensor<'t>; 2] = linear_each(&[gate, up], h)?.try_into().expect("two products");
-    down.linear(&g.silu()?.multiply(&u)?)
+impl<'t> Moe<'t> {
+    /// Expert `index`'s gate, up and down bias rows, where there are biases.
+    fn bias_rows(&self, index: &Tensor<'t>) -> Result<Option<[Tensor<'t>; 3]>> {
+        let Some(b) = &self.biases else { return Ok(None) };
+        Ok(Some([bias_row(&b.gate, index)?, bias_row(&b.up, index)?, bias_row(&b.down, index)?]))
+    }
+
+    /// One expert (`[gate, up, down]`, with its bias rows) over `h [seq,
+    /// hidden]`: gate and up as one streamed product where they can be
+    /// ([`linear_each`]).
+    fn expert(
+        &self,
+        [gate, up, down]: [&Weight<'t>; 3],
+        rows: Option<[Tensor<'t>; 3]>,
+        h: &Tensor<'t>,
+    ) -> Result<Tensor<'t>> {
+        let [g, u]: [Tensor<'t>; 2] = linear_each(&[gate, up], h)?.try_into().expect("two products");
+        self.finish(down, rows, &g, &u)
+    }
+
+    /// An expert's output from its gate and up products `g` and `u`: their
+    /// biases added, gated, then the down product and its bias.
+    fn finish(
+        &self,
+        down: &Weight<'t>,
+        rows: Option<[Tensor<'t>; 3]>,
+        g: &Tensor<'t>,
+        u: &Tensor<'t>,
+    ) -> Result<Tensor<'t>> {
+        let [gate_bias, up_bias, down_bias] = rows.map_or([None, None, None], |r| r.map(Some));
+        let gated = self.c.gate.apply(&biased(g.clone(), gate_bias)?, &biased(u.clone(), up_bias)?)?;
+        biased(down.linear(&gated)?, down_bias)
+    }
 }
 
 /// One round of [`top_k`]: per row, the expert chosen, where it sits and

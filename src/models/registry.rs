@@ -10,7 +10,7 @@ use super::bert::{self, EmbedChoice};
 use super::checkpoint::Checkpoint;
 use super::decoder::{Decoder, DecoderConfig};
 use super::hf::HfNames;
-use super::{gemma3, gemma3n, llama, ModelError, Result};
+use super::{gemma3, gemma3n, gpt_oss, llama, ModelError, Result};
 use crate::trace::Tracer;
 use crate::weights::gguf::Gguf;
 use crate::weights::hf_config::HfConfig;
@@ -113,6 +113,19 @@ pub const FAMILIES: &[Row] = &[
         reader: Reader::Decoder {
             gguf: |gguf| Ok(Family::new(llama::Config::from_gguf(gguf)?)),
             hf: |hf| Ok(Family::new(llama::Config::from_hf(hf)?)),
+        },
+    },
+    // gpt-oss, from llama.cpp's GGUFs: transformers' checkpoints keep the
+    // experts transposed, gate and up interleaved (and real ones in HF's
+    // own MXFP4 layout), which kiln does not read yet.
+    Row {
+        name: "gpt-oss",
+        gguf: &["gpt-oss"],
+        hf: &[],
+        hf_names: |_, _| HfNames::DECODER,
+        reader: Reader::Decoder {
+            gguf: |gguf| Ok(Family::new(gpt_oss::Config::from_gguf(gguf)?)),
+            hf: |_| Err(ModelError::Config("gpt-oss is read from llama.cpp's GGUFs only".into())),
         },
     },
     Row {
@@ -341,7 +354,7 @@ mod tests {
         let e = by_gguf_architecture("falcon").unwrap_err().to_string();
         assert_eq!(
             e,
-            "unknown general.architecture \"falcon\" (supported: llama, qwen2, qwen3, qwen3moe, gemma3, gemma3n; bert as an encoder)"
+            "unknown general.architecture \"falcon\" (supported: llama, qwen2, qwen3, qwen3moe, gpt-oss, gemma3, gemma3n; bert as an encoder)"
         );
     }
 }

@@ -34,6 +34,8 @@ use std::str::FromStr;
 const FTYPE_MOSTLY_Q4_K_M: u32 = 15;
 /// llama.cpp's `LLAMA_FTYPE_MOSTLY_Q8_0`.
 const FTYPE_MOSTLY_Q8_0: u32 = 7;
+/// llama.cpp's `LLAMA_FTYPE_MOSTLY_MXFP4_MOE`.
+const FTYPE_MOSTLY_MXFP4_MOE: u32 = 38;
 /// `LLAMA_TOKEN_TYPE_NORMAL` and `_CONTROL`, for `tokenizer.ggml.token_type`.
 const TOKEN_TYPE_NORMAL: i32 = 1;
 const TOKEN_TYPE_CONTROL: i32 = 3;
@@ -73,6 +75,18 @@ pub enum Arch {
         /// `expert_feed_forward_length`, `F`.
         expert_feed_forward_length: usize,
     },
+    /// `llama_model_openai_moe` (`gpt-oss`): biased attention with sinks,
+    /// alternating sliding and full layers, YaRN; every layer's
+    /// feed-forward biased experts, always MXFP4 (as every gpt-oss GGUF
+    /// keeps them).
+    GptOss {
+        /// `expert_count`, `E`.
+        experts: usize,
+        /// `expert_used_count`, `k`.
+        used: usize,
+        /// `expert_feed_forward_length`, `F`.
+        expert_feed_forward_length: usize,
+    },
 }
 
 impl Arch {
@@ -83,6 +97,7 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Gemma3n { .. } => "gemma3n",
             Arch::Qwen3Moe { .. } => "qwen3moe",
+            Arch::GptOss { .. } => "gpt-oss",
         }
     }
 
@@ -90,11 +105,14 @@ impl Arch {
     /// each token still using as many: how decode's cost follows `E`.
     pub fn with_experts(self, experts: usize) -> std::result::Result<Arch, String> {
         match self {
-            Arch::Qwen3Moe { used, .. } if experts < used => {
+            Arch::Qwen3Moe { used, .. } | Arch::GptOss { used, .. } if experts < used => {
                 Err(format!("{experts} experts are fewer than the {used} each token uses"))
             }
             Arch::Qwen3Moe { used, expert_feed_forward_length, .. } => {
                 Ok(Arch::Qwen3Moe { experts, used, expert_feed_forward_length })
+            }
+            Arch::GptOss { used, expert_feed_forward_length, .. } => {
+                Ok(Arch::GptOss { experts, used, expert_feed_forward_length })
             }
             other => Err(format!("{} has no experts", other.name())),
         }
@@ -198,17 +216,22 @@ pub enum Preset {
     /// Qwen3-30B-A3B as Q4_K_M: 48 layers of 128 experts, 8 used per
     /// token, each 768 wide; 30.5B parameters, 3.3B of them active.
     Qwen3_30bA3b,
+    /// gpt-oss-20b as llama.cpp's MXFP4 GGUF: 24 layers of 32 MXFP4
+    /// experts, 4 used per token, each 2880 wide; the other matrices Q8_0;
+    /// 20.9B parameters.
+    GptOss20b,
 }
 
 impl Preset {
     /// Every preset.
-    pub const ALL: [Preset; 6] = [
+    pub const ALL: [Preset; 7] = [
         Preset::Llama3_8b,
         Preset::Gemma3_4_5b,
         Preset::Llama1b,
         Preset::TinyLlama,
         Preset::Gemma3nE2b,
         Preset::Qwen3_30bA3b,
+        Preset::GptOss20b,
     ];
 
     /// The preset's command-line name: `llama3-8b`.
@@ -220,6 +243,7 @@ impl Preset {
             Preset::TinyLlama => "tiny-llama",
             Preset::Gemma3nE2b => "gemma3n-e2b",
             Preset::Qwen3_30bA3b => "qwen3-30b-a3b",
+            Preset::GptOss20b => "gpt-oss-20b",
         }
     }
 
@@ -371,6 +395,39 @@ impl Preset {
                 quant: Quant::Q4KM,
                 byte_tokenizer: false,
             },
+            // openai/gpt-oss-20b config.json; the mix of ggml-org's
+            // gpt-oss-20b-mxfp4.gguf (experts MXFP4, other matrices Q8_0).
+            Preset::GptOss20b => SynthConfig {
+                arch: Arch::GptOss { experts: 32, used: 4, expert_feed_forward_length: 2880 },
+                name,
+                dims: Dims {
+                    block_count: 24,
+                    embedding_length: 2880,
+                    head_count: 64,
+                    head_count_kv: 8,
+                    head_dim: 64,
+                    vocab_size: 201088,
+                    rms_norm_eps: 1e-5,
+                },
+                feed_forward_length: 2880,
+                context_length: 131072,
+                rope: RopeConfig {
+                    theta: 150_000.0,
+                    scaling: RopeScaling::Yarn {
+                        factor: 32.0,
+                        original_max_position_embeddings: 4096,
+                        beta_fast: 32.0,
+                        beta_slow: 1.0,
+                        truncate: true,
+                        attention_factor: 0.1 * 32f64.ln() + 1.0,
+                    },
+                },
+                sliding_window: Some(128),
+                tied_embeddings: false,
+                token_embd_type: None,
+                quant: Quant::Q8_0,
+                byte_tokenizer: false,
+            },
         }
     }
 }
@@ -409,6 +466,12 @@ pub fn use_more_bits(i_layer: usize, n_layers: usize) -> bool {
 
 const ROPE_FREQS: &str = "rope_freqs.weight";
 
+/// Whether the rope scaling is written as `rope_freqs.weight` (Llama 3.1's);
+/// YaRN's is written as keys.
+fn has_rope_freqs(c: &SynthConfig) -> bool {
+    !matches!(c.rope.scaling, RopeScaling::None | RopeScaling::Yarn { .. })
+}
+
 /// One tensor of a synthetic model: name, row-major shape, type.
 pub type SynthTensor = (String, Vec<usize>, GgmlType);
 
@@ -422,7 +485,7 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
     let mut out: Vec<SynthTensor> = Vec::new();
     let mut add = |name: String, shape: &[usize], ty| out.push((name, shape.to_vec(), ty));
 
-    if c.rope.scaling != RopeScaling::None {
+    if has_rope_freqs(c) {
         add(ROPE_FREQS.into(), &[d.head_dim / 2], GgmlType::F32);
     }
     // Tied, the embedding is quantized as the output head would be.
@@ -444,6 +507,12 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
         add(blk("attn_k"), &[kv_dim, hidden], q(false));
         add(blk("attn_v"), &[kv_dim, hidden], q(more));
         add(blk("attn_output"), &[hidden, q_dim], q(false));
+        if let Arch::GptOss { .. } = c.arch {
+            for (name, len) in [("attn_q", q_dim), ("attn_k", kv_dim), ("attn_v", kv_dim), ("attn_output", hidden)] {
+                add(format!("blk.{i}.{name}.bias"), &[len], GgmlType::F32);
+            }
+            add(blk("attn_sinks"), &[d.head_count], GgmlType::F32);
+        }
         if c.arch.qk_norms() {
             add(blk("attn_q_norm"), &[d.head_dim], GgmlType::F32);
             add(blk("attn_k_norm"), &[d.head_dim], GgmlType::F32);
@@ -451,7 +520,9 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
         if c.arch.gemma_block() {
             add(blk("post_attention_norm"), &[hidden], GgmlType::F32);
         }
-        add(blk("ffn_norm"), &[hidden], GgmlType::F32);
+        // gpt-oss's pre-FFN norm has llama.cpp's name for a post-attention one.
+        let ffn_norm = if let Arch::GptOss { .. } = c.arch { "post_attention_norm" } else { "ffn_norm" };
+        add(blk(ffn_norm), &[hidden], GgmlType::F32);
         match c.arch {
             Arch::Qwen3Moe { experts, expert_feed_forward_length: f, .. } => {
                 // llama.cpp's quantizer leaves the router as converted.
@@ -459,6 +530,17 @@ pub fn tensors(c: &SynthConfig) -> Vec<SynthTensor> {
                 add(blk("ffn_gate_exps"), &[experts, f, hidden], q(false));
                 add(blk("ffn_up_exps"), &[experts, f, hidden], q(false));
                 add(blk("ffn_down_exps"), &[experts, hidden, f], q(more));
+            }
+            Arch::GptOss { experts, expert_feed_forward_length: f, .. } => {
+                let bias = |t: &str| format!("blk.{i}.{t}.bias");
+                add(blk("ffn_gate_inp"), &[experts, hidden], GgmlType::F32);
+                add(bias("ffn_gate_inp"), &[experts], GgmlType::F32);
+                for (name, rows, cols) in
+                    [("ffn_gate_exps", f, hidden), ("ffn_up_exps", f, hidden), ("ffn_down_exps", hidden, f)]
+                {
+                    add(blk(name), &[experts, rows, cols], GgmlType::MXFP4);
+                    add(bias(name), &[experts, rows], GgmlType::F32);
+                }
             }
             _ => {
                 add(blk("ffn_gate"), &[ff, hidden], q(false));
@@ -502,7 +584,9 @@ pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter> {
     let int = |v: usize| u32::try_from(v).map(Value::U32).unwrap_or(Value::U64(v as u64));
     w.add("general.architecture", arch)?;
     w.add("general.name", c.name.as_str())?;
-    w.add("general.file_type", c.quant.file_type())?;
+    // gpt-oss's converter writes its own `MOSTLY_MXFP4_MOE`.
+    let file_type = if let Arch::GptOss { .. } = c.arch { FTYPE_MOSTLY_MXFP4_MOE } else { c.quant.file_type() };
+    w.add("general.file_type", file_type)?;
     w.add("general.quantization_version", QNT_VERSION)?;
     let mut keys = vec![
         ("context_length", int(c.context_length)),
@@ -523,11 +607,20 @@ pub fn writer(c: &SynthConfig, path: &Path) -> Result<GgufWriter> {
     if let Some(window) = c.sliding_window {
         keys.push(("attention.sliding_window", int(window)));
     }
-    if let Arch::Qwen3Moe { experts, used, expert_feed_forward_length } = c.arch {
+    if let Arch::Qwen3Moe { experts, used, expert_feed_forward_length }
+    | Arch::GptOss { experts, used, expert_feed_forward_length } = c.arch
+    {
         keys.extend([
             ("expert_count", int(experts)),
             ("expert_used_count", int(used)),
             ("expert_feed_forward_length", int(expert_feed_forward_length)),
+        ]);
+    }
+    if let RopeScaling::Yarn { factor, original_max_position_embeddings, .. } = c.rope.scaling {
+        keys.extend([
+            ("rope.scaling.type", Value::from("yarn")),
+            ("rope.scaling.factor", Value::F32(factor as f32)),
+            ("rope.scaling.original_context_length", int(original_max_position_embeddings)),
         ]);
     }
     if let Arch::Gemma3n { per_layer_input, shared_kv_layers, sparse_layers, .. } = c.arch {
@@ -590,9 +683,9 @@ fn add_byte_tokenizer(w: &mut GgufWriter, vocab_size: usize, path: &Path) -> Res
 /// Writes the synthetic checkpoint to `path` (atomically, in bounded
 /// memory). `rope_freqs.weight` holds its real values whatever `data` says.
 pub fn write(c: &SynthConfig, path: &Path, data: SynthData) -> Result<WriteSummary> {
-    let rope_freqs: Vec<u8> = match c.rope.scaling {
-        RopeScaling::None => vec![],
-        _ => freq_divisors(c.rope, c.dims.head_dim)?.iter().flat_map(|f| f.to_le_bytes()).collect(),
+    let rope_freqs: Vec<u8> = match has_rope_freqs(c) {
+        false => vec![],
+        true => freq_divisors(c.rope, c.dims.head_dim)?.iter().flat_map(|f| f.to_le_bytes()).collect(),
     };
     let w = writer(c, path)?;
     let rope_freqs_at = w.tensors().iter().position(|t| t.name == ROPE_FREQS);
@@ -646,6 +739,9 @@ mod tests {
         // Qwen3-30B-A3B's 30.5B, 0.6B of them experts per layer.
         assert_eq!(params(Preset::Qwen3_30bA3b), 30_532_122_624);
         assert_eq!(tensors(&Preset::Qwen3_30bA3b.config()).len(), 1 + 48 * 12 + 2);
+        // gpt-oss-20b's 20.9B, 19.1B of them experts; 19 tensors a block.
+        assert_eq!(params(Preset::GptOss20b), 20_914_757_184);
+        assert_eq!(tensors(&Preset::GptOss20b.config()).len(), 1 + 24 * 19 + 2);
         assert_eq!(tensors(&Preset::Gemma3nE2b.config()).len(), 6 + 30 * 24 + 1);
         assert_eq!(tensors(&Preset::Llama3_8b.config()).len(), 2 + 32 * 9 + 1);
         assert_eq!(tensors(&Preset::Gemma3_4_5b.config()).len(), 1 + 35 * 13 + 1);
@@ -746,8 +842,35 @@ mod tests {
         write(&c, &path, SynthData::Zeros).unwrap();
         let g = Gguf::open(&path).unwrap();
         let config = Config::from_gguf(&g).unwrap();
-        let want = crate::models::moe::MoeConfig { experts: 128, used: 8, feed_forward_length: 768, norm_topk: true };
+        let want = crate::models::moe::MoeConfig::swiglu(128, 8, 768, true);
         assert_eq!((config.experts, config.qk_norm, config.dims.head_dim), (Some(want), true, 128));
+        let weights = crate::models::GgufWeights::new(&g, crate::models::PackedPolicy::Keep).unwrap();
+        let graph =
+            crate::models::entry_points(&crate::models::Family::new(config), &weights, 64, 1).unwrap().remove(1);
+        assert_eq!(graph.params().count(), g.tensors().len());
+    }
+
+    /// gpt-oss-20b's shape reads back through the gpt-oss front-end: its
+    /// MXFP4 experts with biases, sinks, every other layer sliding, yarn
+    /// from keys (no `rope_freqs.weight`).
+    #[test]
+    fn gpt_oss_20b_loads_and_traces_through_the_gpt_oss_front_end() {
+        let c = Preset::GptOss20b.config();
+        let types = |name: &str| tensors(&c).into_iter().find(|t| t.0 == name).map(|t| (t.1, t.2));
+        assert_eq!(types("blk.3.ffn_gate_exps.weight"), Some((vec![32, 2880, 2880], GgmlType::MXFP4)));
+        assert_eq!(types("blk.3.ffn_down_exps.bias"), Some((vec![32, 2880], GgmlType::F32)));
+        assert_eq!(types("blk.3.attn_q.weight"), Some((vec![4096, 2880], GgmlType::Q8_0)));
+        assert_eq!(types("blk.3.attn_sinks.weight"), Some((vec![64], GgmlType::F32)));
+        assert_eq!(types(ROPE_FREQS), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.gguf");
+        write(&SynthConfig { dims: Dims { block_count: 2, ..c.dims }, ..c.clone() }, &path, SynthData::Zeros).unwrap();
+        let g = Gguf::open(&path).unwrap();
+        assert_eq!(g.get_u64("general.file_type").unwrap(), 38);
+        let config = crate::models::gpt_oss::Config::from_gguf(&g).unwrap();
+        assert_eq!((config.sliding.as_slice(), config.sliding_window), (&[true, false][..], 128));
+        assert_eq!((config.rope, config.experts.used, config.dims.head_dim), (c.rope, 4, 64));
         let weights = crate::models::GgufWeights::new(&g, crate::models::PackedPolicy::Keep).unwrap();
         let graph =
             crate::models::entry_points(&crate::models::Family::new(config), &weights, 64, 1).unwrap().remove(1);

@@ -666,7 +666,9 @@ pub fn sin_cos<'t>(theta: &Tensor<'t>) -> Result<(Tensor<'t>, Tensor<'t>)> {
 /// `mask` is i1 (true = attend), broadcast against the trailing dims of the
 /// scores `[..., heads, seq, kv_seq]` (usually `[seq, kv_seq]`). Result:
 /// `[..., heads, seq, hd_v]`. Logits are soft-capped (Gemma 2) before the
-/// mask, and masked and normalized in f32.
+/// mask, and masked and normalized in f32. With `sinks [heads]` (gpt-oss),
+/// each head's softmax has one more logit, `sinks[h]`, whose probability is
+/// dropped: `p_t = exp(s_t) / (Σ exp(s) + exp(sink))`.
 ///
 /// HF `eager_attention_forward` (its `repeat_kv` is a batch over kv heads
 /// here, nothing is copied), llama.cpp `build_attn_mha`.
@@ -677,6 +679,7 @@ pub fn attention<'t>(
     mask: Option<&Tensor<'t>>,
     scale: f64,
     soft_cap: Option<f64>,
+    sinks: Option<&Tensor<'t>>,
 ) -> Result<Tensor<'t>> {
     const OP: &str = "attention";
     let rank = q.ty.rank();
@@ -704,8 +707,13 @@ pub fn attention<'t>(
             return fail(OP, format!("mask must be i1 and broadcast to the scores {scores}, found {}", m.ty));
         }
     }
+    if let Some(s) = sinks {
+        if s.ty.shape != [heads] {
+            return fail(OP, format!("sinks must be [heads] = [{heads}], found {}", s.ty));
+        }
+    }
     if mask.is_none() && k.ty.is_dynamic() && !q.ty.is_dynamic() && k.ty.shape[..=nb].iter().all(|&d| d == 1) {
-        return single_kv_head_attention(q, k, v, scale, soft_cap);
+        return single_kv_head_attention(q, k, v, scale, soft_cap, sinks);
     }
     // Grouped-query heads without repeating k and v (HF `repeat_kv`): q
     // [..., heads, s, d] is viewed as [..., kv_heads, groups, s, d] and each
@@ -770,7 +778,18 @@ pub fn attention<'t>(
         let m = outer(m.broadcast_in_dim(&grouped_scores, &trailing)?)?;
         scores = m.select(&scores, &splat(&scores, f32::MIN as f64)?)?;
     }
-    let probs = cast(&scores.softmax(g - 1)?, v.ty.dtype)?;
+    let probs = match sinks {
+        // Each head's sink over its grouped position: [kv_heads, groups],
+        // laid out as the scores are, then broadcast over the queries.
+        Some(s) => {
+            let rows = &scores.ty.shape[..g - 1];
+            let groups_at = if seq_outer { nb + 2 } else { nb + 1 };
+            let s = to_f32(s)?.reshape(&[kv_heads, groups])?.broadcast_in_dim(rows, &[nb, groups_at])?;
+            softmax_with_sink(&scores, &s)?
+        }
+        None => scores.softmax(g - 1)?,
+    };
+    let probs = cast(&probs, v.ty.dtype)?;
     // out[.., j, g, s, e] = Σ_t probs[.., j, g, s, t] · v[.., j, t, e]
     let out = outer(probs.dot_general(v, dims(g - 1, rank - 2))?)?;
     let mut shape = out.ty.shape.clone();
@@ -790,6 +809,7 @@ fn single_kv_head_attention<'t>(
     v: &Tensor<'t>,
     scale: f64,
     soft_cap: Option<f64>,
+    sinks: Option<&Tensor<'t>>,
 ) -> Result<Tensor<'t>> {
     let rank = q.ty.rank();
     let (hd, hd_v, kv_seq) = (q.ty.shape[rank - 1], v.ty.shape[rank - 1], k.ty.shape[rank - 2]);
@@ -800,11 +820,30 @@ fn single_kv_head_attention<'t>(
     if let Some(cap) = soft_cap {
         scores = scores.soft_cap(cap)?;
     }
-    let probs = cast(&scores.softmax(1)?, v.ty.dtype)?;
+    let probs = match sinks {
+        // Rows are heads-major: head h's sink over its `seq` rows.
+        Some(s) => {
+            let (heads, seq) = (q.ty.shape[rank - 3], q.ty.shape[rank - 2]);
+            let s = to_f32(s)?.broadcast_in_dim(&[heads, seq], &[0])?.reshape(&[rows])?;
+            softmax_with_sink(&scores, &s)?
+        }
+        None => scores.softmax(1)?,
+    };
+    let probs = cast(&probs, v.ty.dtype)?;
     let out = probs.dot_general(&v.reshape(&[kv_seq, hd_v])?, DotDimensions::contracting(1, 0))?;
     let mut shape = q.ty.shape.clone();
     shape[rank - 1] = hd_v;
     out.reshape(&shape)
+}
+
+/// The softmax over the last dim of f32 `x` with one more logit per row,
+/// `sink` (`x`'s shape without its last dim), left out of the result.
+fn softmax_with_sink<'t>(x: &Tensor<'t>, sink: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let last = x.ty.rank() - 1;
+    let max = x.reduce(ReduceKind::Max, &[last])?.maximum(sink)?;
+    let e = x.subtract(&keep_dim(&max, &x.ty, last)?)?.exp()?;
+    let sum = e.reduce(ReduceKind::Sum, &[last])?.add(&sink.subtract(&max)?.exp()?)?;
+    e.divide(&keep_dim(&sum, &x.ty, last)?)
 }
 
 /// `m [..., heads, s, t]` (heads at `dim`) as `[..., kv_heads, groups, s, t]`.
@@ -847,7 +886,7 @@ fn decoder_block<'t>(x: &Tensor<'t>, positions: &Tensor<'t>) -> Result<Tensor<'t
     let k = rotation.apply(&split_heads(n.linear(&weight("attn_k", &[KV_HEADS * HEAD_DIM, HIDDEN])?)?, KV_HEADS)?)?;
     let v = split_heads(n.linear(&weight("attn_v", &[KV_HEADS * HEAD_DIM, HIDDEN])?)?, KV_HEADS)?;
     let mask = causal_mask(t, seq, seq, 0)?;
-    let a = attention(&q, &k, &v, Some(&mask), 1.0 / (HEAD_DIM as f64).sqrt(), None)?;
+    let a = attention(&q, &k, &v, Some(&mask), 1.0 / (HEAD_DIM as f64).sqrt(), None, None)?;
     let a = a.transpose(&[1, 0, 2])?.reshape(&[seq, HEADS * HEAD_DIM])?;
     let h = x.add(&a.linear(&weight("attn_output", &[HIDDEN, HEADS * HEAD_DIM])?)?)?;
 
@@ -908,7 +947,7 @@ pub fn examples() -> Vec<(&'static str, Graph)> {
             let k = t.input("k", f32_type(&[2, 5, 8]))?;
             let v = t.input("v", f32_type(&[2, 5, 8]))?;
             let mask = causal_mask(t, 5, 5, 0)?;
-            Ok(vec![attention(&q, &k, &v, Some(&mask), 1.0 / 8f64.sqrt(), None)?])
+            Ok(vec![attention(&q, &k, &v, Some(&mask), 1.0 / 8f64.sqrt(), None, None)?])
         }),
         ("decoder_block", |t| {
             let x = t.input("x", f32_type(&[block::SEQ, block::HIDDEN]))?;
@@ -1248,6 +1287,7 @@ mod tests {
         allowed: impl Fn(usize, usize) -> bool,
         scale: f64,
         cap: Option<f64>,
+        sinks: Option<&[f64]>,
     ) -> Vec<f64> {
         let mut out = vec![0.0; heads * seq * d];
         for h in 0..heads {
@@ -1265,7 +1305,8 @@ mod tests {
                     })
                     .collect();
                 let max = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let z: f64 = logits.iter().map(|l| (l - max).exp()).sum();
+                let sink = sinks.map_or(0.0, |sinks| (sinks[h] - max).exp());
+                let z: f64 = logits.iter().map(|l| (l - max).exp()).sum::<f64>() + sink;
                 for j in 0..kv_seq {
                     let p = (logits[j] - max).exp() / z;
                     for e in 0..d {
@@ -1284,15 +1325,15 @@ mod tests {
         let k = t.input("k", f32_type(&[2, 5, 4])).unwrap();
         let v = t.input("v", f32_type(&[2, 5, 4])).unwrap();
         let mask = causal_mask(&t, 3, 5, 2).unwrap();
-        let plain = attention(&q, &k, &v, Some(&mask), 0.5, None).unwrap();
-        let capped = attention(&q, &k, &v, Some(&mask), 0.5, Some(0.3)).unwrap();
+        let plain = attention(&q, &k, &v, Some(&mask), 0.5, None, None).unwrap();
+        let capped = attention(&q, &k, &v, Some(&mask), 0.5, Some(0.3), None).unwrap();
         // With a batch dim of 1 the same numbers come out.
         fn b<'t>(x: &Tensor<'t>) -> Tensor<'t> {
             let mut s = x.ty.shape.clone();
             s.insert(0, 1);
             x.reshape(&s).unwrap()
         }
-        let batched = attention(&b(&q), &b(&k), &b(&v), Some(&mask), 0.5, None).unwrap();
+        let batched = attention(&b(&q), &b(&k), &b(&v), Some(&mask), 0.5, None, None).unwrap();
         assert_eq!(plain.ty.to_string(), "tensor<4x3x4xf32>");
         let g = t.finish(&[&plain, &capped, &batched]).unwrap();
         let inputs = [seeded("tensor<4x3x4xf32>", 4), seeded("tensor<2x5x4xf32>", 5), seeded("tensor<2x5x4xf32>", 6)];
@@ -1300,8 +1341,8 @@ mod tests {
         let [qs, ks, vs] = inputs.map(|v| v.to_f64_vec());
         let sizes = (4, 2, 3, 5, 4);
         let causal = |s: usize, j: usize| j <= s + 2;
-        assert_close(&got[0], &attention_f64((&qs, &ks, &vs), sizes, causal, 0.5, None), 1e-6);
-        assert_close(&got[1], &attention_f64((&qs, &ks, &vs), sizes, causal, 0.5, Some(0.3)), 1e-6);
+        assert_close(&got[0], &attention_f64((&qs, &ks, &vs), sizes, causal, 0.5, None, None), 1e-6);
+        assert_close(&got[1], &attention_f64((&qs, &ks, &vs), sizes, causal, 0.5, Some(0.3), None), 1e-6);
         assert_eq!(got[2], got[0]);
     }
 
@@ -1313,7 +1354,7 @@ mod tests {
         let q = t.input("q", f32_type(&[3, 1, 4])).unwrap();
         let k = t.input("k", TensorType::new([1, DYNAMIC, 4], DType::F32)).unwrap();
         let v = t.input("v", TensorType::new([1, DYNAMIC, 2], DType::F32)).unwrap();
-        let out = attention(&q, &k, &v, None, 0.5, Some(0.3)).unwrap();
+        let out = attention(&q, &k, &v, None, 0.5, Some(0.3), None).unwrap();
         assert_eq!(out.ty.to_string(), "tensor<3x1x2xf32>");
         let g = t.finish(&[&out]).unwrap();
         assert!(g.nodes().iter().all(|n| match &n.op {
@@ -1325,9 +1366,48 @@ mod tests {
         let [qs, ks, vs] = inputs.map(|v| v.to_f64_vec());
         // attention_f64 takes one head dim for k and v: v padded to 4 wide.
         let v4: Vec<f64> = vs.chunks(2).flat_map(|r| [r[0], r[1], 0.0, 0.0]).collect();
-        let want = attention_f64((&qs, &ks, &v4), (3, 1, 1, 5, 4), |_, _| true, 0.5, Some(0.3));
+        let want = attention_f64((&qs, &ks, &v4), (3, 1, 1, 5, 4), |_, _| true, 0.5, Some(0.3), None);
         let want: Vec<f64> = want.chunks(4).flat_map(|r| [r[0], r[1]]).collect();
         assert_close(&got[0], &want, 1e-6);
+    }
+
+    /// gpt-oss's sinks, one extra logit per head left out of the result:
+    /// grouped heads with a static and a `?` query length (which lays the
+    /// scores out otherwise), and one kv head over `?` keys.
+    #[test]
+    fn attention_sinks_match_f64() {
+        let t = Tracer::new("main");
+        let sinks = t.input("sinks", f32_type(&[4])).unwrap();
+        let q = t.input("q", f32_type(&[4, 3, 4])).unwrap();
+        let k = t.input("k", f32_type(&[2, 5, 4])).unwrap();
+        let v = t.input("v", f32_type(&[2, 5, 4])).unwrap();
+        let mask = causal_mask(&t, 3, 5, 2).unwrap();
+        let grouped = attention(&q, &k, &v, Some(&mask), 0.5, None, Some(&sinks)).unwrap();
+        let q_any = t.input("q_any", TensorType::new([4, DYNAMIC, 4], DType::F32)).unwrap();
+        let mask_any = causal_mask(&t, DYNAMIC, 5, 2).unwrap();
+        let outer = attention(&q_any, &k, &v, Some(&mask_any), 0.5, None, Some(&sinks)).unwrap();
+        let k1 = t.input("k1", TensorType::new([1, DYNAMIC, 4], DType::F32)).unwrap();
+        let single = attention(&q, &k1, &k1, None, 0.5, None, Some(&sinks)).unwrap();
+        let g = t.finish(&[&grouped, &outer, &single]).unwrap();
+        let inputs = [
+            val("tensor<4xf32>", vec![0.5f32, -1.0, 2.0, 0.0]),
+            seeded("tensor<4x3x4xf32>", 4),
+            seeded("tensor<2x5x4xf32>", 5),
+            seeded("tensor<2x5x4xf32>", 6),
+            seeded("tensor<4x3x4xf32>", 4),
+            // One `?` size per run: three keys, as q_any has three queries.
+            seeded("tensor<1x3x4xf32>", 7),
+        ];
+        let got = run(&g, &inputs, &[]);
+        let [sinks, qs, ks, vs, _, k1s] = inputs.map(|v| v.to_f64_vec());
+        let causal = |s: usize, j: usize| j <= s + 2;
+        let want = attention_f64((&qs, &ks, &vs), (4, 2, 3, 5, 4), causal, 0.5, None, Some(&sinks));
+        assert_close(&got[0], &want, 1e-6);
+        assert_close(&got[1], &want, 1e-6);
+        let want = attention_f64((&qs, &k1s, &k1s), (4, 1, 3, 3, 4), |_, _| true, 0.5, None, Some(&sinks));
+        assert_close(&got[2], &want, 1e-6);
+        let plain = attention_f64((&qs, &ks, &vs), (4, 2, 3, 5, 4), causal, 0.5, None, None);
+        assert!(plain.iter().zip(&got[0]).any(|(a, b)| (a - b).abs() > 1e-3), "the sinks change the output");
     }
 
     #[test]
@@ -1336,7 +1416,7 @@ mod tests {
         let q = t.input("q", f32_type(&[1, 2, 2])).unwrap();
         let kv = t.input("kv", f32_type(&[1, 2, 2])).unwrap();
         let mask = t.input("mask", TensorType::new([2, 2], DType::I1)).unwrap();
-        let g = t.finish(&[&attention(&q, &kv, &kv, Some(&mask), 1.0, None).unwrap()]).unwrap();
+        let g = t.finish(&[&attention(&q, &kv, &kv, Some(&mask), 1.0, None, None).unwrap()]).unwrap();
         let kvs = vec![1.0f32, 2.0, 3.0, 6.0];
         let inputs = [
             val("tensor<1x2x2xf32>", vec![1.0f32; 4]),
@@ -1381,13 +1461,13 @@ mod tests {
         let q = t.input("q", f32_type(&[3, 2, 4])).unwrap();
         let kv = t.input("kv", f32_type(&[2, 2, 4])).unwrap();
         assert_eq!(
-            err(attention(&q, &kv, &kv, None, 1.0, None)),
+            err(attention(&q, &kv, &kv, None, 1.0, None, None)),
             "attention: heads 3 is not a multiple of kv_heads 2: q tensor<3x2x4xf32>, k tensor<2x2x4xf32>, v tensor<2x2x4xf32>"
         );
         let q4 = t.input("q4", f32_type(&[4, 2, 4])).unwrap();
         let bad_mask = t.input("m", TensorType::new([3, 2], DType::I1)).unwrap();
         assert_eq!(
-            err(attention(&q4, &kv, &kv, Some(&bad_mask), 1.0, None)),
+            err(attention(&q4, &kv, &kv, Some(&bad_mask), 1.0, None, None)),
             "attention: mask must be i1 and broadcast to the scores tensor<4x2x2xf32>, found tensor<3x2xi1>"
         );
     }
@@ -1475,8 +1555,8 @@ mod tests {
             rope.with_scaling(RopeScaling::Linear { factor: 2.0 }).at(&positions).unwrap().apply(&x).unwrap(),
             sin,
             cos,
-            attention(&q, &k, &v, Some(&mask), 1.0 / 8f64.sqrt(), None).unwrap(),
-            attention(&q, &k, &v, Some(&mask), 1.0 / 8f64.sqrt(), Some(0.5)).unwrap(),
+            attention(&q, &k, &v, Some(&mask), 1.0 / 8f64.sqrt(), None, None).unwrap(),
+            attention(&q, &k, &v, Some(&mask), 1.0 / 8f64.sqrt(), Some(0.5), None).unwrap(),
         ];
         check_with_iree(&t.finish(&outs.iter().collect::<Vec<_>>()).unwrap(), 1e-5, 1e-6);
     }

@@ -44,6 +44,14 @@ tensor each; OUT_DIR/CASE_fused/ is the same model saved in transformers
 converted as llama.cpp's converter writes it, the experts stacked and Q8_0
 (moe_to_gguf.py).
 
+gpt-oss (`gpt_oss`, a `GptOssForCausalLM`, eager attention: the only one
+that applies its sinks): sliding and full layers, sinks and every bias
+perturbed, yarn, 16 experts top 2 whose matrices are MXFP4-exact, routed as
+the MoE cases are, with some gate/up values past the SwiGLU's limit;
+OUT_DIR/gpt_oss/gpt_oss.gguf is it converted as llama.cpp's converter
+writes it, the experts MXFP4 (moe_to_gguf.py). kiln reads gpt-oss from GGUF
+only.
+
 With CASE names, only those cases (and their fused forms and GGUFs) are written.
 
 OUT_DIR/versions.json records the versions used.
@@ -150,7 +158,35 @@ MIXTRAL = {
     "num_experts_per_tok": 2,
 }
 
-MOE = ("qwen3_moe", "mixtral")
+# A gpt-oss with all its parts: layers alternating sliding (window 4, shorter
+# than the prompt) and full, attention sinks and biases, yarn (its correction
+# range rounded to whole dims, as llama.cpp's GGUF path always does: the
+# GGUF cannot say otherwise), 8 experts top 2 with biases, the experts
+# MXFP4-exact (mxfp4_experts) and rows of 32 for MXFP4 blocks; 16 experts,
+# as a router of fewer stays a plain dot_general (lower::dot_general), which
+# IREE 3.13 fails to compile with its bias added in a prompt graph.
+GPT_OSS = {
+    **COMMON,
+    "hidden_size": 32,
+    "intermediate_size": 32,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "num_local_experts": 16,
+    "num_experts_per_tok": 2,
+    "sliding_window": 4,
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": True,
+    },
+}
+
+MOE = ("qwen3_moe", "mixtral", "gpt_oss")
 
 # name -> (config, how config.json is rewritten after saving, or None)
 CASES = {
@@ -258,6 +294,7 @@ CASES = {
     # Last, so that the cases before keep their seeds.
     "qwen3moe": (transformers.Qwen3MoeConfig(**QWEN3MOE), None),
     "mixtral": (transformers.MixtralConfig(**MIXTRAL), None),
+    "gpt_oss": (transformers.GptOssConfig(**GPT_OSS), None),
 }
 
 
@@ -288,10 +325,32 @@ def q8_0_experts(model, seed):
                 p.copy_(q.reshape(p.shape).to(torch.float32) / 128)
 
 
+def mxfp4_experts(model, seed):
+    """gpt-oss's expert matrices as MXFP4 holds them exactly: each block of
+    32 inputs is e2m1 values times a power of two, the first of the largest
+    magnitude (6), so that gguf-py's quantizer picks the same scale; bf16
+    holds them too. transformers keeps them transposed, `[E, in, out]`."""
+    g = torch.Generator().manual_seed(seed)
+    e2m1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6])
+    with torch.no_grad():
+        for name in ("gate_up_proj", "down_proj"):
+            for layer in model.model.layers:
+                p = getattr(layer.mlp.experts, name)
+                e, n_in, n_out = p.shape
+                codes = torch.randint(0, 16, (e, n_out, n_in), generator=g).reshape(-1, 32)
+                codes[:, 0] = 7
+                scale = 2.0 ** torch.randint(-5, -2, (codes.shape[0], 1), generator=g)
+                p.copy_((e2m1[codes] * scale).reshape(e, n_out, n_in).transpose(1, 2))
+
+
+def router_of(layer):
+    return layer.mlp.router if hasattr(layer.mlp, "router") else layer.mlp.gate
+
+
 def reroute(model, ids, k, seed):
     """Routers drawn again (as `perturb` draws them) until the routing is
     robust and varied ([`check_routing`]); returns the draws it took."""
-    routers = [layer.mlp.gate.weight for layer in model.model.layers]
+    routers = [router_of(layer).weight for layer in model.model.layers]
     for attempt in range(100):
         if check_routing(model, ids, k):
             return attempt
@@ -308,7 +367,7 @@ def check_routing(model, ids, k):
     swap them), tokens go to different experts, and the layers route the
     prompt differently."""
     logits = []
-    hooks = [layer.mlp.gate.register_forward_hook(lambda m, i, o: logits.append(o[0])) for layer in model.model.layers]
+    hooks = [router_of(layer).register_forward_hook(lambda m, i, o: logits.append(o[0])) for layer in model.model.layers]
     with torch.no_grad():
         model(torch.tensor([ids]))
     for h in hooks:
@@ -320,6 +379,29 @@ def check_routing(model, ids, k):
         if (top.values[:, k - 1] - top.values[:, k]).min().item() <= 1e-3 or len(set(chosen[-1])) <= 3:
             return False
     return len(set(map(tuple, chosen))) == len(chosen)
+
+
+def report_clamps(model, ids):
+    """How many of the experts' gate and up values the clamped SwiGLU's
+    limit cuts (so that the test sees the clamp at work)."""
+    cut, total = 0, 0
+
+    def count(m, o):
+        nonlocal cut, total
+        gate, up = o[..., ::2], o[..., 1::2]
+        cut += int((gate > m.limit).sum() + (up.abs() > m.limit).sum())
+        total += o.numel()
+
+    originals = [layer.mlp.experts._apply_gate for layer in model.model.layers]
+    for layer in model.model.layers:
+        experts = layer.mlp.experts
+        experts._apply_gate = lambda gu, e=experts, f=experts._apply_gate: (count(e, gu), f(gu))[1]
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for layer, f in zip(model.model.layers, originals):
+        layer.mlp.experts._apply_gate = f
+    print(f"gpt_oss: {cut} of {total} expert gate/up values past the SwiGLU limit")
+    assert cut > 0, "the clamp is never exercised"
 
 
 def to_v4(config):
@@ -358,9 +440,13 @@ def logits(model, ids):
 
 def write_case(out, name, config, rewrite, seed):
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    # Only eager attention applies gpt-oss's sinks.
+    eager = {"attn_implementation": "eager"} if config.model_type == "gpt_oss" else {}
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, **eager).eval()
     perturb(model, seed)
-    if config.model_type in MOE:
+    if config.model_type == "gpt_oss":
+        mxfp4_experts(model, seed)
+    elif config.model_type in MOE:
         q8_0_experts(model, seed)
         draws = reroute(model, PROMPT, config.num_experts_per_tok, seed)
         print(f"{name}: routers drawn {draws} more times for a robust routing")
@@ -374,11 +460,14 @@ def write_case(out, name, config, rewrite, seed):
         path.write_text(json.dumps(to_v4(json.loads(path.read_text())), indent=2) + "\n")
     # What was written loads back to the same logits (the rewritten config
     # means what the original did).
-    again = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    again = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, **eager).eval()
     assert np.array_equal(logits(again, PROMPT), want), f"{name}: config.json does not load back"
     np.save(d / "reference.npy", want.astype(np.float32))
     print(f"{name}: {type(model).__name__}, |logits| <= {np.abs(want).max():.3f}")
-    if config.model_type in MOE:
+    if config.model_type == "gpt_oss":
+        report_clamps(model, PROMPT)
+        moe_to_gguf(d, d / f"{name}.gguf")
+    elif config.model_type in MOE:
         fused = out / f"{name}_fused"
         shutil.rmtree(fused, ignore_errors=True)
         model.to(torch.bfloat16).save_pretrained(fused, save_original_format=False)
