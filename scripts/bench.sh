@@ -71,6 +71,7 @@ echo "== synthetic checkpoints (kiln dev synth) =="
 "$kiln" dev synth gemma3-4.5b -o "$bench/gemma3-4.5b.gguf" --data seeded
 "$kiln" dev synth gemma3n-e2b -o "$bench/gemma3n-e2b.gguf"
 "$kiln" dev synth qwen3-30b-a3b -o "$bench/qwen3-30b-a3b.gguf"
+"$kiln" dev synth gpt-oss-20b -o "$bench/gpt-oss-20b.gguf"
 
 # export NAME MODEL RUNS ARGS...: prints wall (median), peak RSS (median),
 # bytes written and, with an archive, its write throughput.
@@ -127,6 +128,9 @@ export_row gemma3n-e2b-reference "$bench/gemma3n-e2b.gguf" 3 --packed keep
 export_row gemma3n-e2b-archive-bf16 "$bench/gemma3n-e2b.gguf" 1 --params archive --packed dequantize --dtype bf16
 rm -rf "$bench/out-gemma3n-e2b-archive-bf16"
 export_row qwen3-30b-a3b-reference "$bench/qwen3-30b-a3b.gguf" 3 --packed keep
+# IREE 3.13's GGUF reader has no MXFP4: the whole file goes to params.irpa (12 GB written).
+export_row gpt-oss-20b-reference "$bench/gpt-oss-20b.gguf" 1 --packed keep
+rm -rf "$bench/out-gpt-oss-20b-reference"
 
 echo
 echo "targets:"
@@ -136,6 +140,8 @@ echo "  llama3-8b-archive-bf16: peak RSS <= 1 GB, archive throughput >= 0.5 x dd
 echo "  gemma3n-e2b-reference: wall <= 0.5 s, peak RSS <= 50 MB (the seed exporter: 42 s, 46 GB heap)"
 echo "  gemma3n-e2b-archive-bf16: peak RSS <= 100 MB, archive throughput >= 0.5 x dd"
 echo "  qwen3-30b-a3b-reference: wall <= 0.5 s, peak RSS <= 50 MB (kiln issue 25)"
+echo "  gpt-oss-20b-reference: wall <= 0.5 s, peak RSS <= 50 MB (kiln issue 25; bound by writing the MXFP4 GGUF" \
+  "into params.irpa, which IREE 3.13 cannot read in place)"
 
 echo
 echo "== the 2 GiB F32 tensor (262144 x 2048, gemma3-4.5b token_embd.weight) through archive mode =="
@@ -216,6 +222,14 @@ echo "== mixtures of experts: Qwen3-30B-A3B's shape cut to 4 layers, 128 and 8 e
 build/bench-venv/bin/python scripts/bench_serving.py e128="$bench/qwen3-moe-l4.gguf" e8="$bench/qwen3-moe-l4-e8.gguf" \
   --row e128@1024:5,64 --row e8@1024:5,64 --generate-max-prompt 0 --dispatches-at "" --work "$bench/moe" \
   ${BENCH_MOE_ARGS:-}
+
+echo
+echo "== gpt-oss-20b's shape cut to 4 layers (32 MXFP4 experts, top 4), next to llama.cpp =="
+# Every prompt runs as decode steps (gpt-oss's default --stepped-prefill: a token uses an eighth of the experts).
+[ -f "$bench/gpt-oss-l4.gguf" ] || "$kiln" dev synth gpt-oss-20b --layers 4 --data seeded -o "$bench/gpt-oss-l4.gguf"
+# shellcheck disable=SC2086
+build/bench-venv/bin/python scripts/bench_serving.py gpt-oss-l4="$bench/gpt-oss-l4.gguf" \
+  --row gpt-oss-l4@1024:5,64 --generate-max-prompt 0 --dispatches-at "" --work "$bench/gpt-oss" ${BENCH_MOE_ARGS:-}
 
 echo
 echo "== sentence embeddings: all-MiniLM-L6-v2 through kiln, llama.cpp and transformers, same run (scripts/bench_embed.py) =="

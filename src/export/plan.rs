@@ -116,11 +116,26 @@ impl<'a> Plan<'a> {
         if let Some(why) = &self.unreferenced {
             described += &format!(" (not reference: {why}; every param is written to {ARCHIVE_FILE})");
         }
-        // Stacks no file holds: the checkpoint's experts joined.
-        let joined = self.params.iter().filter(|p| matches!(p.stored.source, Source::Joined(_))).count();
-        if joined > 0 && self.mode == ParamsMode::Reference {
-            described +=
-                &format!("; {joined} expert stacks joined into {ARCHIVE_FILE} (the checkpoint keeps experts apart)");
+        // Stacks no file holds: the checkpoint's experts joined, or transposed.
+        let count = |joined: bool| {
+            let kind = |s: &Source<'_>| {
+                if joined {
+                    matches!(s, Source::Joined(_))
+                } else {
+                    matches!(s, Source::Assembled(_))
+                }
+            };
+            self.params.iter().filter(|p| kind(&p.stored.source)).count()
+        };
+        if self.mode == ParamsMode::Reference {
+            for (n, how) in [(count(true), "joined"), (count(false), "transposed")] {
+                if n > 0 {
+                    described += &format!(
+                        "; {n} expert stacks {how} into {ARCHIVE_FILE} (the checkpoint keeps experts {})",
+                        if how == "joined" { "apart" } else { "transposed" }
+                    );
+                }
+            }
         }
         described
     }

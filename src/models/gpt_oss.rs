@@ -7,7 +7,9 @@
 //!   (<https://arxiv.org/abs/2508.10925>).
 //! - References: llama.cpp `src/models/openai-moe-iswa.cpp` (arch
 //!   `gpt-oss`, `LLM_ARCH_OPENAI_MOE`), whose GGUF names and keys are read
-//!   here; transformers `models/gpt_oss/modeling_gpt_oss.py`.
+//!   here; transformers `models/gpt_oss/modeling_gpt_oss.py`
+//!   (`GptOssForCausalLM`, whose `config.json` and dense checkpoints are
+//!   read too: [`Config::from_hf`], [`HF_NAMES`]).
 //!
 //! ```text
 //! x += W_o · attn(rms(x) · attn_norm) + b_o        sinks[h] in each head's softmax
@@ -22,15 +24,26 @@
 //!
 //! RoPE rotates halves (NeoX) over the whole head; YaRN's correction range
 //! is rounded to whole dims as llama.cpp does for GGUF input
-//! ([`config::rope_from_gguf`]).
+//! ([`config::rope_from_gguf`]) and as `rope_parameters.truncate` says for
+//! HF's (false in OpenAI's checkpoints).
+//!
+//! transformers keeps the experts transposed (`gate_up_proj` `[E, H, 2F]`,
+//! gate the even columns; `down_proj` `[E, F, H]`) and their biases
+//! interleaved likewise: the stacks kiln computes with are assembled from
+//! them into `params.irpa` at export ([`HfStack`], `Fused::transposed`).
+//! OpenAI's own checkpoints store the experts as HF's MXFP4 blocks
+//! (`quantization_config`), which kiln refuses: convert them with
+//! llama.cpp's converter, which keeps them MXFP4.
 
 use super::blocks::{Activation, Attention, AttentionConfig, BlockConfig, Positional, Stack};
-use super::config::{self, Dims, GgufKeys, RopeConfig};
+use super::config::{self, Dims, GgufKeys, HfKeys, RopeConfig};
 use super::decoder::DecoderConfig;
+use super::hf::{Fused, HfNames, HfStack};
 use super::moe::{ExpertGate, MoeConfig};
 use super::{Checkpoint, Decoder, KvCache, ModelError, Result, Span};
 use crate::trace::{Tensor, Tracer};
 use crate::weights::gguf::Gguf;
+use crate::weights::hf_config::HfConfig;
 
 /// The clamped SwiGLU of every gpt-oss (llama.cpp `swiglu_oai`).
 const GATE: ExpertGate = ExpertGate::ClampedSwiglu { alpha: 1.702, limit: 7.0 };
@@ -117,6 +130,77 @@ impl Config {
         Ok(config)
     }
 
+    /// From a `GptOssForCausalLM`'s `config.json`, every key read or
+    /// refused.
+    pub fn from_hf(hf: &HfConfig) -> Result<Config> {
+        let keys = HfKeys::new("config.json", &hf.model_type, &hf.keys);
+        if keys.has("quantization_config") {
+            return Err(keys.error(
+                "quantization_config",
+                keys.raw("quantization_config").expect("present"),
+                "kiln reads dense gpt-oss checkpoints; convert an MXFP4 one with llama.cpp's \
+                 convert_hf_to_gguf.py (which keeps the experts MXFP4) and export the GGUF",
+            ));
+        }
+        keys.fixed("attention_bias", "true", "gpt-oss's biased attention projections")?;
+        // Unused by gpt-oss's modeling (its SwiGLU is its own), and what
+        // OpenAI's checkpoints add: the training context, a copy of
+        // `num_experts_per_tok` (checked below), the router's training loss.
+        keys.ignore(&["hidden_act", "max_position_embeddings", "initial_context_length"]);
+        keys.ignore(&["output_router_logits", "router_aux_loss_coef"]);
+        let block_count = keys.count("num_hidden_layers")?;
+        let (experts, used) = (keys.count("num_local_experts")?, keys.count("num_experts_per_tok")?);
+        if let Some(copy) = keys.get::<usize>("experts_per_token")? {
+            if copy != used {
+                return Err(keys.error(
+                    "experts_per_token",
+                    &copy.into(),
+                    format!("differs from num_experts_per_tok {used}"),
+                ));
+            }
+        }
+        if used > experts {
+            return Err(keys.error("num_experts_per_tok", &used.into(), format!("is more than the {experts} experts")));
+        }
+        let heads = keys.count("num_attention_heads")?;
+        let sliding = match config::layer_types(&keys, block_count)? {
+            Some(sliding) => sliding,
+            None => (0..block_count).map(|i| i % 2 == 0).collect(),
+        };
+        let config = Config {
+            dims: Dims {
+                block_count,
+                embedding_length: keys.count("hidden_size")?,
+                head_count: heads,
+                head_count_kv: keys.count_or("num_key_value_heads", heads)?,
+                head_dim: keys.count("head_dim")?,
+                vocab_size: keys.count("vocab_size")?,
+                rms_norm_eps: keys.positive_f64("rms_norm_eps", Some(1e-5))?,
+            },
+            rope: config::rope_of(&keys, 150_000.0)?,
+            sliding_window: keys.count("sliding_window")?,
+            sliding,
+            experts: MoeConfig {
+                experts,
+                used,
+                feed_forward_length: keys.count("intermediate_size")?,
+                norm_topk: true,
+                biases: true,
+                gate: ExpertGate::ClampedSwiglu {
+                    alpha: keys.positive_f64("swiglu_alpha", Some(1.702))?,
+                    limit: keys.positive_f64("swiglu_limit", Some(7.0))?,
+                },
+            },
+        };
+        // Read by SafetensorsWeights, through HfConfig::tie_word_embeddings.
+        keys.get::<bool>("tie_word_embeddings")?;
+        keys.finish()?;
+        config::check_heads(&config.dims, "head_dim", &|key, value, message| {
+            keys.error(config::hf_name(key), &value.into(), message)
+        })?;
+        Ok(config)
+    }
+
     /// Every block: attention with q/k/v/o biases and sinks, then the
     /// experts, normed by `post_attention_norm`.
     fn block(&self) -> BlockConfig {
@@ -132,6 +216,43 @@ impl Config {
         }
     }
 }
+
+/// Where a `GptOssForCausalLM` checkpoint keeps the tensors
+/// ([`super::registry`]'s row): llama's whole-model names, its blocks'
+/// below, and the experts' stacks transposed in `gate_up_proj` (gate and up
+/// interleaved) and `down_proj`, their biases likewise.
+pub const HF_NAMES: HfNames =
+    HfNames { family: "gpt-oss", block_names: &[&HF_BLOCK_NAMES], stacks: &HF_STACKS, ..HfNames::DECODER };
+
+const HF_BLOCK_NAMES: [(&str, &str); 14] = [
+    ("attn_norm.weight", "input_layernorm.weight"),
+    ("attn_q.weight", "self_attn.q_proj.weight"),
+    ("attn_q.bias", "self_attn.q_proj.bias"),
+    ("attn_k.weight", "self_attn.k_proj.weight"),
+    ("attn_k.bias", "self_attn.k_proj.bias"),
+    ("attn_v.weight", "self_attn.v_proj.weight"),
+    ("attn_v.bias", "self_attn.v_proj.bias"),
+    ("attn_output.weight", "self_attn.o_proj.weight"),
+    ("attn_output.bias", "self_attn.o_proj.bias"),
+    ("attn_sinks.weight", "self_attn.sinks"),
+    // The feed-forward's input norm.
+    ("post_attention_norm.weight", "post_attention_layernorm.weight"),
+    ("ffn_gate_inp.weight", "mlp.router.weight"),
+    ("ffn_gate_inp.bias", "mlp.router.bias"),
+    ("ffn_down_exps.bias", "mlp.experts.down_proj_bias"),
+];
+
+const fn transposed(gguf: &'static str, name: &'static str, part: usize, parts: usize) -> HfStack {
+    HfStack { gguf, per_expert: None, fused: Fused { name, part, parts, transposed: true } }
+}
+
+const HF_STACKS: [HfStack; 5] = [
+    transposed("ffn_gate_exps.weight", "mlp.experts.gate_up_proj", 0, 2),
+    transposed("ffn_up_exps.weight", "mlp.experts.gate_up_proj", 1, 2),
+    transposed("ffn_down_exps.weight", "mlp.experts.down_proj", 0, 1),
+    transposed("ffn_gate_exps.bias", "mlp.experts.gate_up_proj_bias", 0, 2),
+    transposed("ffn_up_exps.bias", "mlp.experts.gate_up_proj_bias", 1, 2),
+];
 
 /// The whole model: embedding, blocks, final norm and the untied head.
 pub struct GptOss<'t> {

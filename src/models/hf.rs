@@ -21,7 +21,7 @@ use super::{registry, Checkpoint, ModelError, Result, Weight};
 use crate::graph::{DType, TensorType};
 use crate::interp::{InterpError, ParamSource, Value};
 use crate::trace::Tracer;
-use crate::weights::archive::{DerivedParam, Encoding, Source};
+use crate::weights::archive::{Assembled, DerivedParam, Encoding, Source};
 use crate::weights::hf_config::HfConfig;
 use crate::weights::safetensors::{SafeTensors, ShardedSafeTensors, StDType, TensorView};
 use crate::weights::WeightsError;
@@ -68,22 +68,51 @@ pub struct HfNames {
 }
 
 /// A GGUF stack of experts' matrices (`blk.{i}.ffn_gate_exps.weight`, `[E,
-/// rows, cols]`) and the two ways an HF checkpoint keeps it: one tensor per
+/// rows, cols]`) and the ways an HF checkpoint keeps it: one tensor per
 /// expert, as checkpoints on disk and transformers' `save_pretrained` do,
-/// or transformers 5's fused `[E, parts · rows, cols]`, of which the stack
-/// is one of `parts` equal blocks of rows (gate and up in `gate_up_proj`).
-/// Both forms but a whole fused tensor are joined into an archive param at
-/// export ([`Source::Joined`]): no file holds the stack.
+/// or fused ([`Fused`]). Every form but a whole fused tensor as the stack
+/// is made into an archive param at export ([`Source::Joined`],
+/// [`Source::Assembled`]): no file holds the stack.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HfStack {
     /// The GGUF suffix after `blk.{i}.`.
     pub gguf: &'static str,
     /// The suffix after the block's prefix of expert `e`'s tensor, `{e}`
-    /// standing for `e`: `mlp.experts.{e}.gate_proj.weight`.
-    pub per_expert: &'static str,
-    /// The fused tensor's suffix, which block of rows the stack is and of
-    /// how many: `("mlp.experts.gate_up_proj", 0, 2)`.
-    pub fused: (&'static str, usize, usize),
+    /// standing for `e`: `mlp.experts.{e}.gate_proj.weight`; `None` where
+    /// the family's experts are only ever fused.
+    pub per_expert: Option<&'static str>,
+    /// The fused form.
+    pub fused: Fused,
+}
+
+/// A fused tensor `[E, parts · rows, cols]` of which the stack is one of
+/// `parts` equal blocks of rows (transformers 5's `gate_up_proj`: gate and
+/// up); or, `transposed`, `[E, cols, parts · rows]`, the stack's transpose
+/// with the parts interleaved in its last dim (gpt-oss's `gate_up_proj`,
+/// gate the even columns), a 2-D one `[E, parts · rows]` being a stack of
+/// bias rows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fused {
+    /// The fused tensor's suffix after the block's prefix.
+    pub name: &'static str,
+    /// Which part the stack is, of how many.
+    pub part: usize,
+    /// How many parts the tensor holds.
+    pub parts: usize,
+    /// Stored transposed, the parts interleaved.
+    pub transposed: bool,
+}
+
+impl Fused {
+    /// Part `part` of `parts` of the tensor `name`, blocks of rows.
+    pub const fn rows(name: &'static str, part: usize, parts: usize) -> Fused {
+        Fused { name, part, parts, transposed: false }
+    }
+
+    /// Whether the stack is the stored tensor itself.
+    fn whole(&self) -> bool {
+        self.parts == 1 && !self.transposed
+    }
 }
 
 impl HfNames {
@@ -129,7 +158,7 @@ impl HfNames {
         let hf = match self.block_names.iter().flat_map(|t| t.iter()).find(|(g, _)| *g == suffix) {
             Some((_, hf)) => hf,
             // A whole fused stack is a stored tensor like any other.
-            None => self.stacks.iter().find(|s| s.gguf == suffix && s.fused.2 == 1).map(|s| s.fused.0)?,
+            None => self.stacks.iter().find(|s| s.gguf == suffix && s.fused.whole()).map(|s| s.fused.name)?,
         };
         Some(format!("{}{}{block}.{hf}", self.body, self.layers))
     }
@@ -143,18 +172,61 @@ impl HfNames {
 }
 
 /// A stack of experts' matrices that no file holds as one tensor, and the
-/// runs of stored bytes it is joined from.
+/// stored bytes it is made of.
 #[derive(Debug)]
 struct Joined<'c> {
     /// The param's name: the per-expert name with `*` for the expert, or
-    /// the fused tensor's with the block of rows (`…gate_up_proj[0 of 2]`).
+    /// the fused tensor's with the block of rows (`…gate_up_proj[0 of 2]`),
+    /// or its interleaved part (`…gate_up_proj[0 of 2, transposed]`).
     name: String,
     /// `[E, rows, cols]`.
     shape: Vec<usize>,
     dtype: StDType,
-    parts: Vec<&'c [u8]>,
+    bytes: StackBytes<'c>,
     /// The stored tensors it reads.
     members: Vec<&'c str>,
+}
+
+/// Where a [`Joined`] stack's bytes are.
+#[derive(Debug)]
+enum StackBytes<'c> {
+    /// Runs of stored bytes, end to end.
+    Runs(Vec<&'c [u8]>),
+    /// A transposed fused tensor's part.
+    Transposed(Transposed<'c>),
+}
+
+/// Part `part` of a fused `[E, a, b · parts]` tensor (`data`, elements of
+/// `elem` bytes), its parts interleaved in the last dim, transposed:
+/// `out[e][j][i] = in[e][i][j · parts + part]`, `[E, b, a]`.
+#[derive(Debug)]
+struct Transposed<'c> {
+    data: &'c [u8],
+    elem: usize,
+    experts: usize,
+    a: usize,
+    b: usize,
+    parts: usize,
+    part: usize,
+}
+
+impl Assembled for Transposed<'_> {
+    fn byte_len(&self) -> usize {
+        self.experts * self.a * self.b * self.elem
+    }
+
+    fn read_into(&self, start: usize, len: usize, out: &mut Vec<u8>) {
+        let (a, b, elem) = (self.a, self.b, self.elem);
+        for n in start / elem..(start + len) / elem {
+            let (e, j, i) = (n / (a * b), n / a % b, n % a);
+            let at = ((e * a + i) * b * self.parts + j * self.parts + self.part) * elem;
+            out.extend_from_slice(&self.data[at..at + elem]);
+        }
+    }
+
+    fn stored(&self) -> &[u8] {
+        self.data
+    }
 }
 
 /// The stacks of `checkpoint` that [`HfNames::stacks`] says must be
@@ -168,13 +240,19 @@ fn joined_stacks(checkpoint: &HfCheckpoint) -> Result<BTreeMap<String, Joined<'_
     for tensor in checkpoint.shards().iter().flat_map(|file| file.tensors()) {
         let Some((block, rest)) = names.in_block(tensor.name) else { continue };
         for (k, stack) in names.stacks.iter().enumerate() {
-            let (before, after) = stack.per_expert.split_once("{e}").expect("a per-expert name has {e}");
-            let expert = rest.strip_prefix(before).and_then(|r| r.strip_suffix(after)).and_then(|e| e.parse().ok());
-            if let Some(e) = expert {
-                per_expert.entry((block, k)).or_default().insert(e, tensor);
+            if let Some(per) = stack.per_expert {
+                let (before, after) = per.split_once("{e}").expect("a per-expert name has {e}");
+                let expert = rest.strip_prefix(before).and_then(|r| r.strip_suffix(after)).and_then(|e| e.parse().ok());
+                if let Some(e) = expert {
+                    per_expert.entry((block, k)).or_default().insert(e, tensor);
+                }
             }
-            let (fused, part, parts) = stack.fused;
-            if rest != fused || parts == 1 {
+            let Fused { name: fused, part, parts, transposed } = stack.fused;
+            if rest != fused || stack.fused.whole() {
+                continue;
+            }
+            if transposed {
+                joined.insert(format!("blk.{block}.{}", stack.gguf), transposed_part(tensor, part, parts)?);
                 continue;
             }
             let [e, rows, cols] = tensor.shape[..] else {
@@ -196,7 +274,7 @@ fn joined_stacks(checkpoint: &HfCheckpoint) -> Result<BTreeMap<String, Joined<'_
                     name: format!("{}[{part} of {parts}]", tensor.name),
                     shape: vec![e, rows / parts, cols],
                     dtype: tensor.dtype,
-                    parts: (0..e).map(|i| &tensor.data[(i * parts + part) * run..][..run]).collect(),
+                    bytes: StackBytes::Runs((0..e).map(|i| &tensor.data[(i * parts + part) * run..][..run]).collect()),
                     members: vec![tensor.name],
                 },
             );
@@ -204,8 +282,9 @@ fn joined_stacks(checkpoint: &HfCheckpoint) -> Result<BTreeMap<String, Joined<'_
     }
     for ((block, k), experts) in per_expert {
         let stack = &names.stacks[k];
+        let per = stack.per_expert.expect("only stacks kept per expert are collected so");
         let hf = |e: &dyn std::fmt::Display| {
-            format!("{}{}{block}.{}", names.body, names.layers, stack.per_expert.replace("{e}", &e.to_string()))
+            format!("{}{}{block}.{}", names.body, names.layers, per.replace("{e}", &e.to_string()))
         };
         let first = experts.values().next().expect("an entry has an expert");
         for (i, (&e, t)) in experts.iter().enumerate() {
@@ -225,12 +304,46 @@ fn joined_stacks(checkpoint: &HfCheckpoint) -> Result<BTreeMap<String, Joined<'_
                 name: hf(&"*"),
                 shape: [&[experts.len()][..], first.shape].concat(),
                 dtype: first.dtype,
-                parts: experts.values().map(|t| t.data).collect(),
+                bytes: StackBytes::Runs(experts.values().map(|t| t.data).collect()),
                 members: experts.values().map(|t| t.name).collect(),
             },
         );
     }
     Ok(joined)
+}
+
+/// Part `part` of `parts` of `tensor`, a transposed fused stack `[E, a, b ·
+/// parts]` (or of bias rows, `[E, b · parts]`): `[E, b, a]` (`[E, b]`).
+fn transposed_part<'c>(tensor: TensorView<'c>, part: usize, parts: usize) -> Result<Joined<'c>> {
+    let (e, a, cols) = match tensor.shape[..] {
+        [e, a, cols] => (e, a, cols),
+        [e, cols] => (e, 1, cols),
+        _ => {
+            return Err(ModelError::Config(format!(
+                "{}: a transposed stack of experts needs [experts, rows, cols] or [experts, cols], found {:?}",
+                tensor.name, tensor.shape
+            )))
+        }
+    };
+    if e == 0 || !cols.is_multiple_of(parts) {
+        return Err(ModelError::Config(format!(
+            "{}: shape {:?}: a fused stack needs experts, and columns that split into {parts} interleaved parts",
+            tensor.name, tensor.shape
+        )));
+    }
+    let b = cols / parts;
+    let elem = tensor
+        .dtype
+        .size_in_bytes()
+        .ok_or_else(|| ModelError::UnsupportedDType { name: tensor.name.to_string(), dtype: tensor.dtype })?;
+    let shape = if tensor.shape.len() == 3 { vec![e, b, a] } else { vec![e, b] };
+    Ok(Joined {
+        name: format!("{}[{part} of {parts}, transposed]", tensor.name),
+        shape,
+        dtype: tensor.dtype,
+        bytes: StackBytes::Transposed(Transposed { data: tensor.data, elem, experts: e, a, b, parts, part }),
+        members: vec![tensor.name],
+    })
 }
 
 /// The safetensors files of a checkpoint.
@@ -411,7 +524,10 @@ impl Checkpoint for SafetensorsWeights<'_> {
             let dtype = j.dtype.to_graph_dtype().expect("declared() accepted a float dtype");
             return Ok(DerivedParam {
                 name: &j.name,
-                source: Source::Joined(&j.parts),
+                source: match &j.bytes {
+                    StackBytes::Runs(runs) => Source::Joined(runs),
+                    StackBytes::Transposed(t) => Source::Assembled(t),
+                },
                 encoding: Encoding::Dense(dtype),
                 target,
             });
@@ -828,6 +944,22 @@ mod tests {
             tensors.iter().map(|(n, d, s, b)| (n.as_str(), *d, s.as_slice(), b.as_slice())).collect();
         crate::weights::safetensors::write(&dir.path().join("model.safetensors"), &views, &BTreeMap::new()).unwrap();
         dir
+    }
+
+    /// A transposed part reads `out[e][j][i] = in[e][i][j · parts + part]`,
+    /// the same in any pieces.
+    #[test]
+    fn transposed_parts_read_in_any_pieces() {
+        // [2 experts, 3 rows, 2 · 2 columns] of one-byte elements.
+        let data: Vec<u8> = (0..24).collect();
+        let up = Transposed { data: &data, elem: 1, experts: 2, a: 3, b: 2, parts: 2, part: 1 };
+        let whole = Source::Assembled(&up).to_vec();
+        assert_eq!(whole, [1, 5, 9, 3, 7, 11, 13, 17, 21, 15, 19, 23]);
+        let mut pieces = Vec::new();
+        for start in (0..12).step_by(5) {
+            up.read_into(start, 5.min(12 - start), &mut pieces);
+        }
+        assert_eq!(pieces, whole);
     }
 
     /// Experts kept one tensor each are joined into `[E, rows, cols]`

@@ -21,7 +21,7 @@ use super::blocks::{
 };
 use super::config::{self, Dims, GgufKeys, HfKeys, RopeConfig};
 use super::decoder::DecoderConfig;
-use super::hf::{HfNames, HfStack};
+use super::hf::{Fused, HfNames, HfStack};
 use super::moe::MoeConfig;
 use super::{linear_each, Checkpoint, Decoder, KvCache, ModelError, Result, Span};
 use crate::trace::nn::{Rope, RopeStyle};
@@ -413,18 +413,18 @@ pub fn mixtral_hf_names(has: &dyn Fn(&str) -> bool) -> HfNames {
 const MIXTRAL_STACKS: [HfStack; 3] = [
     HfStack {
         gguf: "ffn_gate_exps.weight",
-        per_expert: "block_sparse_moe.experts.{e}.w1.weight",
-        fused: ("mlp.experts.gate_up_proj", 0, 2),
+        per_expert: Some("block_sparse_moe.experts.{e}.w1.weight"),
+        fused: Fused::rows("mlp.experts.gate_up_proj", 0, 2),
     },
     HfStack {
         gguf: "ffn_up_exps.weight",
-        per_expert: "block_sparse_moe.experts.{e}.w3.weight",
-        fused: ("mlp.experts.gate_up_proj", 1, 2),
+        per_expert: Some("block_sparse_moe.experts.{e}.w3.weight"),
+        fused: Fused::rows("mlp.experts.gate_up_proj", 1, 2),
     },
     HfStack {
         gguf: "ffn_down_exps.weight",
-        per_expert: "block_sparse_moe.experts.{e}.w2.weight",
-        fused: ("mlp.experts.down_proj", 0, 1),
+        per_expert: Some("block_sparse_moe.experts.{e}.w2.weight"),
+        fused: Fused::rows("mlp.experts.down_proj", 0, 1),
     },
 ];
 
@@ -437,18 +437,18 @@ pub const QWEN3MOE_HF_NAMES: HfNames = HfNames {
     stacks: &[
         HfStack {
             gguf: "ffn_gate_exps.weight",
-            per_expert: "mlp.experts.{e}.gate_proj.weight",
-            fused: ("mlp.experts.gate_up_proj", 0, 2),
+            per_expert: Some("mlp.experts.{e}.gate_proj.weight"),
+            fused: Fused::rows("mlp.experts.gate_up_proj", 0, 2),
         },
         HfStack {
             gguf: "ffn_up_exps.weight",
-            per_expert: "mlp.experts.{e}.up_proj.weight",
-            fused: ("mlp.experts.gate_up_proj", 1, 2),
+            per_expert: Some("mlp.experts.{e}.up_proj.weight"),
+            fused: Fused::rows("mlp.experts.gate_up_proj", 1, 2),
         },
         HfStack {
             gguf: "ffn_down_exps.weight",
-            per_expert: "mlp.experts.{e}.down_proj.weight",
-            fused: ("mlp.experts.down_proj", 0, 1),
+            per_expert: Some("mlp.experts.{e}.down_proj.weight"),
+            fused: Fused::rows("mlp.experts.down_proj", 0, 1),
         },
     ],
     ..HfNames::DECODER

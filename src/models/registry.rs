@@ -115,17 +115,14 @@ pub const FAMILIES: &[Row] = &[
             hf: |hf| Ok(Family::new(llama::Config::from_hf(hf)?)),
         },
     },
-    // gpt-oss, from llama.cpp's GGUFs: transformers' checkpoints keep the
-    // experts transposed, gate and up interleaved (and real ones in HF's
-    // own MXFP4 layout), which kiln does not read yet.
     Row {
         name: "gpt-oss",
         gguf: &["gpt-oss"],
-        hf: &[],
-        hf_names: |_, _| HfNames::DECODER,
+        hf: &[HfModel { model_type: "gpt_oss", classes: &["GptOssForCausalLM"], text_only: false }],
+        hf_names: |_, _| gpt_oss::HF_NAMES,
         reader: Reader::Decoder {
             gguf: |gguf| Ok(Family::new(gpt_oss::Config::from_gguf(gguf)?)),
-            hf: |_| Err(ModelError::Config("gpt-oss is read from llama.cpp's GGUFs only".into())),
+            hf: |hf| Ok(Family::new(gpt_oss::Config::from_hf(hf)?)),
         },
     },
     Row {

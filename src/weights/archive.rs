@@ -90,20 +90,40 @@ pub enum Source<'a> {
     /// that an HF checkpoint keeps apart (or interleaved with others). No
     /// file holds the param as such, so it is never read in place.
     Joined(&'a [&'a [u8]]),
+    /// Bytes that no runs of stored ones are (a transposed stack of
+    /// experts), assembled at export; never read in place either.
+    Assembled(&'a dyn Assembled),
+}
+
+/// A param's bytes assembled from stored ones, in pieces: the archive
+/// writer asks for one chunk at a time, so memory stays that of a chunk.
+pub trait Assembled: std::fmt::Debug + Sync {
+    /// The param's bytes in all.
+    fn byte_len(&self) -> usize;
+
+    /// Appends the param's bytes `[start, start + len)` to `out`.
+    fn read_into(&self, start: usize, len: usize, out: &mut Vec<u8>);
+
+    /// The stored bytes it reads, released from memory once written.
+    fn stored(&self) -> &[u8];
 }
 
 impl<'a> Source<'a> {
-    /// The runs of bytes, in order.
-    pub fn parts(&self) -> &[&'a [u8]] {
+    /// The runs of stored bytes, in order; none for assembled bytes.
+    fn parts(&self) -> &[&'a [u8]] {
         match self {
             Source::Tensor(bytes) => std::slice::from_ref(bytes),
             Source::Joined(parts) => parts,
+            Source::Assembled(_) => &[],
         }
     }
 
-    /// The bytes of all runs.
+    /// The param's bytes in all.
     pub fn len(&self) -> usize {
-        self.parts().iter().map(|p| p.len()).sum()
+        match self {
+            Source::Assembled(a) => a.byte_len(),
+            _ => self.parts().iter().map(|p| p.len()).sum(),
+        }
     }
 
     /// Whether there are no bytes.
@@ -113,7 +133,32 @@ impl<'a> Source<'a> {
 
     /// The runs joined, copied.
     pub fn to_vec(&self) -> Vec<u8> {
-        self.parts().concat()
+        match self {
+            Source::Assembled(a) => {
+                let mut out = Vec::with_capacity(a.byte_len());
+                a.read_into(0, a.byte_len(), &mut out);
+                out
+            }
+            _ => self.parts().concat(),
+        }
+    }
+
+    /// Calls `each` with the bytes in pieces of at most `size` (whole
+    /// pieces of a run: a multiple of `size`'s granule stays one).
+    fn for_each_chunk(&self, size: usize, mut each: impl FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+        let size = size.max(1);
+        match self {
+            Source::Assembled(a) => {
+                let mut buffer = Vec::with_capacity(size.min(a.byte_len()));
+                for start in (0..a.byte_len()).step_by(size) {
+                    buffer.clear();
+                    a.read_into(start, size.min(a.byte_len() - start), &mut buffer);
+                    each(&buffer)?;
+                }
+                Ok(())
+            }
+            _ => self.parts().iter().flat_map(|part| part.chunks(size)).try_for_each(each),
+        }
     }
 }
 
@@ -216,10 +261,13 @@ fn plan(p: &DerivedParam<'_>, chunk_bytes: usize) -> Result<(Plan, u64), Weights
         }
     };
     let (type_size, block_size) = (from.type_size(), from.block_size());
-    if let Some(part) = p.source.parts().iter().find(|part| !part.len().is_multiple_of(type_size)) {
+    let lengths = match p.source {
+        Source::Assembled(a) => vec![a.byte_len()],
+        _ => p.source.parts().iter().map(|part| part.len()).collect(),
+    };
+    if let Some(len) = lengths.into_iter().find(|len| !len.is_multiple_of(type_size)) {
         return Err(err(format!(
-            "{} source bytes are not a whole number of {type_size}-byte {} blocks",
-            part.len(),
+            "{len} source bytes are not a whole number of {type_size}-byte {} blocks",
             p.encoding
         )));
     }
@@ -249,24 +297,30 @@ fn write_in_chunks(
     irpa::write_archive(path, &specs, |i, out| {
         let p = &params[i];
         match plans[i] {
-            Plan::Copy => p.source.parts().iter().flat_map(|part| part.chunks(chunk_bytes.max(1))).try_for_each(|c| {
+            Plan::Copy => p.source.for_each_chunk(chunk_bytes, |c| {
                 out.write_all(c)?;
                 chunk_done(c, c.len() as u64);
                 Ok(())
-            }),
+            })?,
             Plan::Convert { from, values: per_chunk } => {
                 let source_chunk = per_chunk / from.block_size() * from.type_size();
-                for src in p.source.parts().iter().flat_map(|part| part.chunks(source_chunk)) {
+                p.source.for_each_chunk(source_chunk, |src| {
                     let n = src.len() / from.type_size() * from.block_size();
                     values.resize(n, 0.0);
                     quant::dequantize(from, src, &mut values).map_err(io::Error::other)?;
                     encode(&values, p.target, &mut bytes);
                     out.write_all(&bytes)?;
                     chunk_done(src, bytes.len() as u64);
-                }
-                Ok(())
+                    Ok(())
+                })?
             }
         }
+        // An assembled param read its stored bytes out of order: they are
+        // released once it is written.
+        if let Source::Assembled(a) = p.source {
+            chunk_done(a.stored(), 0);
+        }
+        Ok(())
     })
 }
 
