@@ -34,6 +34,10 @@ use super::{linear_each, Result, Weight};
 use crate::graph::{ComparisonDirection, DType, DotDimensions, ReduceKind, TensorType};
 use crate::trace::Tensor;
 
+/// Experts whose outputs the prompt graph stacks and weighs in one
+/// product ([`Moe::forward`]).
+const GROUP: usize = 8;
+
 /// The shape of a mixture-of-experts feed-forward and its routing.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MoeConfig {
@@ -174,14 +178,31 @@ impl<'t> Moe<'t> {
                     self.expert([&gates[i], &ups[i], &downs[i]], rows, h)
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let outputs = h.tracer().concatenate(&outputs.iter().collect::<Vec<_>>(), 1)?.reshape(&[seq, e, hidden])?;
             let per_token = DotDimensions {
                 lhs_batching_dimensions: vec![0],
                 rhs_batching_dimensions: vec![0],
                 lhs_contracting_dimensions: vec![1],
                 rhs_contracting_dimensions: vec![1],
             };
-            return Ok(routing.dot_general(&outputs, per_token)?);
+            // In groups of GROUP experts, summed: a concatenation of 32
+            // `[?, hidden]` outputs (gpt-oss-20b) made a dispatch of 70
+            // push constants, which IREE 3.13's CPU runtime refuses (64).
+            let mut sum: Option<Tensor<'t>> = None;
+            for (g, group) in outputs.chunks(GROUP).enumerate() {
+                let n = group.len();
+                let stacked =
+                    h.tracer().concatenate(&group.iter().collect::<Vec<_>>(), 1)?.reshape(&[seq, n, hidden])?;
+                let weights = match n == e {
+                    true => routing.clone(),
+                    false => routing.slice(&[0, g * GROUP], &[seq, g * GROUP + n], &[1, 1])?,
+                };
+                let y = weights.dot_general(&stacked, per_token.clone())?;
+                sum = Some(match sum {
+                    Some(s) => s.add(&y)?,
+                    None => y,
+                });
+            }
+            return Ok(sum.expect("at least one expert"));
         }
         let chosen = top_k(&logits, &logits.softmax(1)?, self.c.used)?;
         let total = match self.c.norm_topk {
