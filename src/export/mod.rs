@@ -342,8 +342,10 @@ impl Source {
     pub fn weights(&self, packed: PackedPolicy, cast: Option<DType>) -> Result<Box<dyn Checkpoint + '_>> {
         Ok(match self {
             Source::Gguf(gguf) => Box::new(GgufWeights::new(gguf, packed)?.with_cast(cast)?),
-            // Safetensors hold no packed tensors.
-            Source::Hf { checkpoint, .. } => Box::new(SafetensorsWeights::new(checkpoint)?.with_cast(cast)?),
+            // Safetensors' packed tensors: gpt-oss's MXFP4 experts.
+            Source::Hf { checkpoint, .. } => {
+                Box::new(SafetensorsWeights::new(checkpoint)?.with_packed(packed).with_cast(cast)?)
+            }
         })
     }
 

@@ -128,11 +128,11 @@ impl<'a> Plan<'a> {
             self.params.iter().filter(|p| kind(&p.stored.source)).count()
         };
         if self.mode == ParamsMode::Reference {
-            for (n, how) in [(count(true), "joined"), (count(false), "transposed")] {
+            for (n, how) in [(count(true), "joined"), (count(false), "assembled")] {
                 if n > 0 {
                     described += &format!(
                         "; {n} expert stacks {how} into {ARCHIVE_FILE} (the checkpoint keeps experts {})",
-                        if how == "joined" { "apart" } else { "transposed" }
+                        if how == "joined" { "apart" } else { "transposed, or as HF's MXFP4 blocks" }
                     );
                 }
             }

@@ -265,11 +265,19 @@ fn mixtral_matches_transformers() {
 /// the prompt graph's routing over the router's biased logits.
 /// From transformers' checkpoint too: its transposed experts (gate and up
 /// interleaved in `gate_up_proj`, `down_proj`) and their biases assembled
-/// into params.irpa (5 stacks a layer), the rest read in place.
+/// into params.irpa (5 stacks a layer), the rest read in place; and stored
+/// as OpenAI's are, the experts HF's MXFP4 blocks and scales (repacked as
+/// ggml's at export), kept packed and dequantized.
 #[test]
 fn gpt_oss_matches_transformers() {
     let gguf = case_dir("gpt_oss").join("gpt_oss.gguf");
-    for (model, packed, written) in [(gguf, PackedPolicy::Keep, 41), (case_dir("gpt_oss"), PackedPolicy::Fail, 2 * 5)] {
+    let mxfp4 = case_dir("gpt_oss_mxfp4");
+    for (model, packed, written) in [
+        (gguf, PackedPolicy::Keep, 41),
+        (case_dir("gpt_oss"), PackedPolicy::Fail, 2 * 5),
+        (mxfp4.clone(), PackedPolicy::Keep, 2 * 5),
+        (mxfp4, PackedPolicy::Dequantize(DType::F32), 2 * 5),
+    ] {
         let (worst, _) = iree_against_transformers(&model, "gpt_oss", DType::F32, packed, written, 16);
         assert!(worst <= TOLERANCE, "gpt_oss ({}): logits differ from transformers' by {worst:e}", model.display());
     }
@@ -315,11 +323,8 @@ fn changed_configs_are_refused_by_name() {
     assert!(e.contains("num_kv_shared_layers = 5: layer 1 (global) has no global layer before the shared ones"), "{e}");
     let e = refused("gemma3n", &|c| c["activation_sparsity_pattern"] = serde_json::json!([0.95]));
     assert!(e.contains("activation_sparsity_pattern = [0.95]: must have 6 entries, one per layer"), "{e}");
-    let e = refused("gpt_oss", &|c| c["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"}));
-    assert!(
-        e.contains("quantization_config = {\"quant_method\":\"mxfp4\"}: kiln reads dense gpt-oss checkpoints"),
-        "{e}"
-    );
+    let e = refused("gpt_oss", &|c| c["quantization_config"] = serde_json::json!({"quant_method": "fp8"}));
+    assert!(e.contains("quantization_config = {\"quant_method\":\"fp8\"}: kiln reads dense or MXFP4"), "{e}");
     let e = refused("gpt_oss", &|c| c["experts_per_token"] = 3.into());
     assert!(e.contains("experts_per_token = 3: differs from num_experts_per_tok 2"), "{e}");
     let e = refused("gemma3n_multimodal", &|c| c["text_config"]["altup_correct_scale"] = false.into());

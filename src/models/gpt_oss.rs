@@ -31,9 +31,10 @@
 //! gate the even columns; `down_proj` `[E, F, H]`) and their biases
 //! interleaved likewise: the stacks kiln computes with are assembled from
 //! them into `params.irpa` at export ([`HfStack`], `Fused::transposed`).
-//! OpenAI's own checkpoints store the experts as HF's MXFP4 blocks
-//! (`quantization_config`), which kiln refuses: convert them with
-//! llama.cpp's converter, which keeps them MXFP4.
+//! OpenAI's own checkpoints (`quantization_config.quant_method = mxfp4`)
+//! keep them as MXFP4 `*_blocks` and `*_scales`, gate and up interleaved by
+//! rows: repacked into ggml's MXFP4 blocks (the same numbers) at export,
+//! then kept packed or dequantized as `--packed` says.
 
 use super::blocks::{Activation, Attention, AttentionConfig, BlockConfig, Positional, Stack};
 use super::config::{self, Dims, GgufKeys, HfKeys, RopeConfig};
@@ -134,13 +135,17 @@ impl Config {
     /// refused.
     pub fn from_hf(hf: &HfConfig) -> Result<Config> {
         let keys = HfKeys::new("config.json", &hf.model_type, &hf.keys);
-        if keys.has("quantization_config") {
-            return Err(keys.error(
-                "quantization_config",
-                keys.raw("quantization_config").expect("present"),
-                "kiln reads dense gpt-oss checkpoints; convert an MXFP4 one with llama.cpp's \
-                 convert_hf_to_gguf.py (which keeps the experts MXFP4) and export the GGUF",
-            ));
+        // OpenAI's MXFP4 experts (which modules stay dense is what the
+        // tensors' names say).
+        if let Some(q) = keys.raw("quantization_config") {
+            if q.get("quant_method").and_then(|m| m.as_str()) != Some("mxfp4") {
+                return Err(keys.error(
+                    "quantization_config",
+                    q,
+                    "kiln reads dense or MXFP4 (quant_method mxfp4) experts",
+                ));
+            }
+            keys.ignore(&["quantization_config"]);
         }
         keys.fixed("attention_bias", "true", "gpt-oss's biased attention projections")?;
         // Unused by gpt-oss's modeling (its SwiGLU is its own), and what

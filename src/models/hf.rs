@@ -17,11 +17,12 @@
 //! [`Source::Joined`]) into an archive param at export.
 
 use super::checkpoint::{float_cast, param_value};
-use super::{registry, Checkpoint, ModelError, Result, Weight};
+use super::{registry, Checkpoint, ModelError, PackedPolicy, Result, Weight};
 use crate::graph::{DType, TensorType};
 use crate::interp::{InterpError, ParamSource, Value};
 use crate::trace::Tracer;
 use crate::weights::archive::{Assembled, DerivedParam, Encoding, Source};
+use crate::weights::ggml::GgmlType;
 use crate::weights::hf_config::HfConfig;
 use crate::weights::safetensors::{SafeTensors, ShardedSafeTensors, StDType, TensorView};
 use crate::weights::WeightsError;
@@ -194,6 +195,8 @@ enum StackBytes<'c> {
     Runs(Vec<&'c [u8]>),
     /// A transposed fused tensor's part.
     Transposed(Transposed<'c>),
+    /// HF's MXFP4 blocks of a fused tensor's part, as ggml's.
+    Mxfp4(Mxfp4Part<'c>),
 }
 
 /// Part `part` of a fused `[E, a, b · parts]` tensor (`data`, elements of
@@ -229,6 +232,86 @@ impl Assembled for Transposed<'_> {
     }
 }
 
+/// Rows `r · parts + part` of HF's MXFP4 `blocks [E, R, K/32, 16]` and
+/// `scales [E, R, K/32]` as ggml's MXFP4 rows of `[E, R/parts, K]`: the same
+/// numbers in ggml's block (transformers' `integrations/mxfp4.py`, llama.cpp's
+/// `GptOssModel.transform_nibble_layout`). HF's FP4 value is the level times
+/// `2^(e − 127)`, ggml's the doubled level times `2^(e − 128)`: the scale
+/// byte is the same; HF packs elements `2i` and `2i + 1` into byte `i`, ggml
+/// elements `i` and `i + 16`.
+#[derive(Debug)]
+struct Mxfp4Part<'c> {
+    blocks: &'c [u8],
+    scales: &'c [u8],
+    /// `R`, and the 32-element blocks of a row, `K/32`.
+    rows: usize,
+    row_blocks: usize,
+    parts: usize,
+    part: usize,
+}
+
+impl Mxfp4Part<'_> {
+    /// ggml's block `n` (row-major over `[E, R/parts, K/32]`).
+    fn block(&self, n: usize) -> [u8; MXFP4_BLOCK] {
+        let (out_rows, b) = (self.rows / self.parts, n % self.row_blocks);
+        let (e, r) = (n / self.row_blocks / out_rows, n / self.row_blocks % out_rows);
+        let at = (e * self.rows + r * self.parts + self.part) * self.row_blocks + b;
+        let hf = &self.blocks[at * 16..][..16];
+        let nibble = |i: usize| (hf[i / 2] >> (4 * (i % 2))) & 0x0F;
+        let mut out = [0; MXFP4_BLOCK];
+        out[0] = self.scales[at];
+        for j in 0..16 {
+            out[1 + j] = nibble(j) | nibble(j + 16) << 4;
+        }
+        out
+    }
+}
+
+/// Bytes of a ggml MXFP4 block: the scale byte and 16 bytes of nibbles.
+const MXFP4_BLOCK: usize = 17;
+
+impl Assembled for Mxfp4Part<'_> {
+    fn byte_len(&self) -> usize {
+        self.scales.len() / self.parts * MXFP4_BLOCK
+    }
+
+    fn read_into(&self, start: usize, len: usize, out: &mut Vec<u8>) {
+        let end = start + len;
+        for n in start / MXFP4_BLOCK..end.div_ceil(MXFP4_BLOCK) {
+            let (from, to) = (n * MXFP4_BLOCK, (n + 1) * MXFP4_BLOCK);
+            out.extend_from_slice(&self.block(n)[start.max(from) - from..end.min(to) - from]);
+        }
+    }
+
+    fn stored(&self) -> &[u8] {
+        self.blocks
+    }
+}
+
+/// Part `part` of `parts` (interleaved rows) of an MXFP4 stack kept as
+/// HF's `blocks` and `scales`: `[E, R/parts, K]` of ggml MXFP4.
+fn mxfp4_part<'c>(blocks: TensorView<'c>, scales: TensorView<'c>, part: usize, parts: usize) -> Result<Joined<'c>> {
+    let fits = matches!(blocks.shape[..], [e, r, b, 16] if e > 0 && r % parts == 0 && scales.shape == [e, r, b])
+        && blocks.dtype == StDType::U8
+        && scales.dtype == StDType::U8;
+    if !fits {
+        return Err(ModelError::Config(format!(
+            "{} {:?} {:?} and {} {:?} {:?}: MXFP4 experts are u8 blocks [experts, rows, blocks, 16] and u8 scales \
+             [experts, rows, blocks], rows that split into {parts} interleaved parts",
+            blocks.name, blocks.dtype, blocks.shape, scales.name, scales.dtype, scales.shape
+        )));
+    }
+    let (e, rows, row_blocks) = (blocks.shape[0], blocks.shape[1], blocks.shape[2]);
+    let name = blocks.name.strip_suffix("_blocks").expect("matched");
+    Ok(Joined {
+        name: format!("{name}[{part} of {parts}, mxfp4]"),
+        shape: vec![e, rows / parts, row_blocks * 32],
+        dtype: StDType::U8,
+        bytes: StackBytes::Mxfp4(Mxfp4Part { blocks: blocks.data, scales: scales.data, rows, row_blocks, parts, part }),
+        members: vec![blocks.name, scales.name],
+    })
+}
+
 /// The stacks of `checkpoint` that [`HfNames::stacks`] says must be
 /// joined, by GGUF name. Experts are numbered from 0 with none missing,
 /// each of one shape and dtype.
@@ -248,6 +331,13 @@ fn joined_stacks(checkpoint: &HfCheckpoint) -> Result<BTreeMap<String, Joined<'_
                 }
             }
             let Fused { name: fused, part, parts, transposed } = stack.fused;
+            // HF's MXFP4 form of a transposed stack: `{name}_blocks`, `_scales`.
+            if transposed && rest.strip_prefix(fused) == Some("_blocks") {
+                let scales = format!("{}_scales", tensor.name.strip_suffix("_blocks").expect("matched"));
+                let scales = checkpoint.get(&scales).ok_or_else(|| ModelError::MissingTensor(scales.clone()))?;
+                joined.insert(format!("blk.{block}.{}", stack.gguf), mxfp4_part(tensor, scales, part, parts)?);
+                continue;
+            }
             if rest != fused || stack.fused.whole() {
                 continue;
             }
@@ -435,6 +525,8 @@ pub struct SafetensorsWeights<'c> {
     /// Every tensor is declared as this dtype instead of its own (an
     /// archive of one dtype); `None` keeps them as stored, read in place.
     pub cast: Option<DType>,
+    /// What packed (MXFP4) expert stacks become.
+    pub packed: PackedPolicy,
     /// The stacks of experts joined from several tensors, by GGUF name.
     joined: BTreeMap<String, Joined<'c>>,
 }
@@ -443,7 +535,12 @@ impl<'c> SafetensorsWeights<'c> {
     /// Checks that an untied checkpoint has its head: the front-end would
     /// otherwise fall back to the embedding, which only tied models mean.
     pub fn new(checkpoint: &'c HfCheckpoint) -> Result<Self> {
-        let weights = SafetensorsWeights { checkpoint, cast: None, joined: joined_stacks(checkpoint)? };
+        let weights = SafetensorsWeights {
+            checkpoint,
+            cast: None,
+            packed: PackedPolicy::Fail,
+            joined: joined_stacks(checkpoint)?,
+        };
         if !checkpoint.config.tie_word_embeddings() {
             weights.view("output.weight")?;
         }
@@ -455,6 +552,30 @@ impl<'c> SafetensorsWeights<'c> {
     pub fn with_cast(mut self, cast: Option<DType>) -> Result<Self> {
         self.cast = float_cast(cast)?;
         Ok(self)
+    }
+
+    /// Packed stacks (HF's MXFP4 experts) become what `packed` says, as a
+    /// GGUF's packed tensors do.
+    pub fn with_packed(mut self, packed: PackedPolicy) -> Self {
+        self.packed = packed;
+        self
+    }
+
+    /// A joined stack's param type and, kept packed, its blocks' type; and
+    /// how its stored bytes are encoded.
+    fn joined_type(&self, j: &Joined<'_>) -> Result<(TensorType, Option<GgmlType>, Encoding)> {
+        let StackBytes::Mxfp4(blocks) = &j.bytes else {
+            let dtype = j.dtype.to_graph_dtype().expect("joined stacks of floats only but MXFP4");
+            return Ok((self.declared(&j.name, &j.shape, j.dtype)?, None, Encoding::Dense(dtype)));
+        };
+        let ty = GgmlType::MXFP4;
+        match self.packed {
+            PackedPolicy::Fail => Err(ModelError::Packed { name: j.name.clone(), ty }),
+            PackedPolicy::Dequantize(dtype) => Ok((TensorType::new(&j.shape[..], dtype), None, Encoding::Ggml(ty))),
+            PackedPolicy::Keep => {
+                Ok((TensorType::new([blocks.byte_len()], DType::I8), Some(ty), Encoding::Dense(DType::I8)))
+            }
+        }
     }
 
     /// The param type of `tensor`: f32/f16/bf16 as themselves (or the
@@ -494,8 +615,9 @@ impl Checkpoint for SafetensorsWeights<'_> {
                     found: j.shape.clone(),
                 });
             }
-            let raw = tracer.param(&j.name, self.declared(&j.name, &j.shape, j.dtype)?)?;
-            return Ok(Weight { name: j.name.clone(), raw, packed: None, shape: j.shape.clone(), tiles: None });
+            let (ty, packed, _) = self.joined_type(j)?;
+            let raw = tracer.param(&j.name, ty)?;
+            return Ok(Weight { name: j.name.clone(), raw, packed, shape: j.shape.clone(), tiles: None });
         }
         let tensor = self.view(name)?;
         if tensor.shape != expected {
@@ -520,16 +642,16 @@ impl Checkpoint for SafetensorsWeights<'_> {
 
     fn stored(&self, param: &str) -> Result<DerivedParam<'_>> {
         if let Some(j) = self.joined.values().find(|j| j.name == param) {
-            let target = self.declared(&j.name, &j.shape, j.dtype)?.dtype;
-            let dtype = j.dtype.to_graph_dtype().expect("declared() accepted a float dtype");
+            let (ty, _, encoding) = self.joined_type(j)?;
             return Ok(DerivedParam {
                 name: &j.name,
                 source: match &j.bytes {
                     StackBytes::Runs(runs) => Source::Joined(runs),
                     StackBytes::Transposed(t) => Source::Assembled(t),
+                    StackBytes::Mxfp4(blocks) => Source::Assembled(blocks),
                 },
-                encoding: Encoding::Dense(dtype),
-                target,
+                encoding,
+                target: ty.dtype,
             });
         }
         let tensor = self.checkpoint.get(param).ok_or_else(|| ModelError::MissingTensor(param.to_string()))?;
@@ -944,6 +1066,30 @@ mod tests {
             tensors.iter().map(|(n, d, s, b)| (n.as_str(), *d, s.as_slice(), b.as_slice())).collect();
         crate::weights::safetensors::write(&dir.path().join("model.safetensors"), &views, &BTreeMap::new()).unwrap();
         dir
+    }
+
+    /// HF's MXFP4 rows `1, 3` of one expert repacked as ggml's blocks: the
+    /// same numbers, in any pieces.
+    #[test]
+    fn mxfp4_parts_are_ggml_blocks_of_the_same_numbers() {
+        // 1 expert, 4 rows of one block: scale byte 127 + r, codes (r + i) % 16.
+        let codes = |r: usize| (0..32).map(move |i| ((r + i) % 16) as u8);
+        let blocks: Vec<u8> = (0..4)
+            .flat_map(|r| codes(r).collect::<Vec<_>>().chunks(2).map(|p| p[0] | p[1] << 4).collect::<Vec<_>>())
+            .collect();
+        let scales: Vec<u8> = (0..4).map(|r| 127 + r as u8).collect();
+        let odd = Mxfp4Part { blocks: &blocks, scales: &scales, rows: 4, row_blocks: 1, parts: 2, part: 1 };
+        let whole = Source::Assembled(&odd).to_vec();
+        let values = crate::weights::quant::dequantize_to_vec(GgmlType::MXFP4, &whole).unwrap();
+        const E2M1: [f32; 16] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
+        let want: Vec<f32> =
+            [1, 3].iter().flat_map(|&r| codes(r).map(move |c| E2M1[c as usize] * 2f32.powi(r as i32))).collect();
+        assert_eq!(values, want);
+        let mut pieces = Vec::new();
+        for start in (0..whole.len()).step_by(5) {
+            odd.read_into(start, 5.min(whole.len() - start), &mut pieces);
+        }
+        assert_eq!(pieces, whole);
     }
 
     /// A transposed part reads `out[e][j][i] = in[e][i][j · parts + part]`,

@@ -8,7 +8,7 @@ Run by hand, in a venv with torch (not part of `make setup`; `make test`
 only reads what this writes):
 
     python3 -m venv build/refvenv
-    build/refvenv/bin/pip install torch transformers==5.24.0 gguf safetensors numpy timm
+    build/refvenv/bin/pip install torch transformers==5.24.0 gguf safetensors numpy timm accelerate
     build/refvenv/bin/python test/models/transformers_reference.py
 
 OUT_DIR defaults to test/models/transformers. For each case below it writes
@@ -49,8 +49,9 @@ that applies its sinks): sliding and full layers, sinks and every bias
 perturbed, yarn, 16 experts top 2 whose matrices are MXFP4-exact, routed as
 the MoE cases are, with some gate/up values past the SwiGLU's limit;
 OUT_DIR/gpt_oss/gpt_oss.gguf is it converted as llama.cpp's converter
-writes it, the experts MXFP4 (moe_to_gguf.py). kiln reads gpt-oss from GGUF
-only.
+writes it, the experts MXFP4 (moe_to_gguf.py); OUT_DIR/gpt_oss_mxfp4/ is it
+stored as OpenAI's checkpoints are, the experts HF's MXFP4 blocks and scales
+(checked to load back to the same logits; needs `pip install accelerate`).
 
 With CASE names, only those cases (and their fused forms and GGUFs) are written.
 
@@ -66,6 +67,7 @@ from pathlib import Path
 
 import numpy as np
 import safetensors
+import safetensors.torch
 import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -381,6 +383,52 @@ def check_routing(model, ids, k):
     return len(set(map(tuple, chosen))) == len(chosen)
 
 
+E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def to_mxfp4(w):
+    """MXFP4-exact `[E, out, in]` as HF stores MXFP4 (integrations/mxfp4.py):
+    u8 blocks `[E, out, in/32, 16]` (element 2i in byte i's low nibble, 2i+1
+    in its high one, codes into E2M1) and u8 scales `[E, out, in/32]`, the
+    value being E2M1[code] * 2^(scale - 127)."""
+    e, rows, cols = w.shape
+    b = w.reshape(e, rows, cols // 32, 32)
+    exp = torch.log2(b.abs().amax(-1) / 6).round()
+    codes = (b / (2.0**exp)[..., None])[..., None].sub(E2M1).abs().argmin(-1).to(torch.uint8)
+    assert torch.equal(E2M1[codes.long()] * (2.0**exp)[..., None], b), "not MXFP4-exact"
+    return codes[..., 0::2] | (codes[..., 1::2] << 4), (exp + 127).to(torch.uint8)
+
+
+def write_mxfp4(out, dense, want):
+    """The dense gpt-oss checkpoint in `dense` as OpenAI's are stored: the
+    experts' matrices as MXFP4 blocks and scales (`quantization_config`
+    mxfp4), the rest as saved. transformers reads it back (dequantizing on
+    a CPU) to the same logits."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    config = json.loads((dense / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    tensors = {}
+    with safetensors.safe_open(dense / "model.safetensors", "pt") as f:
+        for name in f.keys():
+            t = f.get_tensor(name)
+            if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                blocks, scales = to_mxfp4(t.to(torch.float32).transpose(1, 2))
+                tensors[name + "_blocks"], tensors[name + "_scales"] = blocks.contiguous(), scales.contiguous()
+            else:
+                tensors[name] = t
+    safetensors.torch.save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    again = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, attn_implementation="eager").eval()
+    got = logits(again, PROMPT)
+    print(f"{out.name}: transformers reads it back within {np.abs(got - want).max():.2e} of the dense model")
+    assert np.abs(got - want).max() < 1e-2, "the MXFP4 checkpoint does not hold the dense model's weights"
+    np.save(out / "reference.npy", want.astype(np.float32))
+
+
 def report_clamps(model, ids):
     """How many of the experts' gate and up values the clamped SwiGLU's
     limit cuts (so that the test sees the clamp at work)."""
@@ -467,6 +515,7 @@ def write_case(out, name, config, rewrite, seed):
     if config.model_type == "gpt_oss":
         report_clamps(model, PROMPT)
         moe_to_gguf(d, d / f"{name}.gguf")
+        write_mxfp4(out / f"{name}_mxfp4", d, want)
     elif config.model_type in MOE:
         fused = out / f"{name}_fused"
         shutil.rmtree(fused, ignore_errors=True)
