@@ -16,12 +16,18 @@ const GPUS: [&str; 3] = ["rocm:gfx942", "cuda:sm_80", "vulkan:rdna3"];
 ///   sums rows of 64 or more in runs of 16, which Vulkan compiles); the
 ///   row index crosses the reduction, and SPIR-V has no workgroup buffer
 ///   of `index`.
+///   The tiny mixtures of experts (hidden 32 too) fail so as well.
 /// - CUDA: one of gemma3n's dispatches (`'func.func' op failed to
 ///   distribute`); gfx942 compiles it.
-const KNOWN_FAILURES: [(&str, &str, &str); 2] = [
-    ("gemma3n", "vulkan:rdna3", "memref<1xindex, #spirv.storage_class<Workgroup>>"),
+const KNOWN_FAILURES: [(&str, &str, &str); 4] = [
+    ("gemma3n", "vulkan:rdna3", VULKAN_ROW_INDEX),
     ("gemma3n", "cuda:sm_80", "'func.func' op failed to distribute"),
+    ("qwen3moe-q8_0-keep", "vulkan:rdna3", VULKAN_ROW_INDEX),
+    ("gpt-oss-mxfp4-keep", "vulkan:rdna3", VULKAN_ROW_INDEX),
 ];
+
+/// Vulkan's failure on an embedding row 32 wide fused into a norm.
+const VULKAN_ROW_INDEX: &str = "memref<1xindex, #spirv.storage_class<Workgroup>>";
 
 /// Every export compiles for every target but the known failures, which
 /// fail as known. Per export, one iree-compile builds a module with a
@@ -34,27 +40,38 @@ fn tiny_exports_compile_for_every_target() {
     let llama = work.path().join("tiny-llama.gguf");
     synth::write(&Preset::TinyLlama.config(), &llama, SynthData::Seeded(0)).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/transformers");
+    // Prompts past 4 tokens run the prompt graph, so that every graph is
+    // compiled; but gpt-oss's (which IREE 3.13 fails to compile for the tiny
+    // model on the host) is not in its default export.
     let exports = [
-        ("llama-q8_0-keep", llama.clone(), PackedPolicy::Keep, true),
-        ("llama-q8_0-dequantize", llama, PackedPolicy::Dequantize(DType::F32), true),
-        ("gemma3", fixtures.join("gemma3"), PackedPolicy::Fail, false),
-        ("gemma3n", fixtures.join("gemma3n"), PackedPolicy::Fail, false),
+        ("llama-q8_0-keep", llama.clone(), PackedPolicy::Keep, true, Some(4)),
+        ("llama-q8_0-dequantize", llama, PackedPolicy::Dequantize(DType::F32), true, Some(4)),
+        ("gemma3", fixtures.join("gemma3"), PackedPolicy::Fail, false, Some(4)),
+        ("gemma3n", fixtures.join("gemma3n"), PackedPolicy::Fail, false, Some(4)),
+        // The mixtures of experts, their stacks packed (Q8_0; MXFP4).
+        ("qwen3moe-q8_0-keep", fixtures.join("qwen3moe/qwen3moe.gguf"), PackedPolicy::Keep, false, Some(4)),
+        ("gpt-oss-mxfp4-keep", fixtures.join("gpt_oss/gpt_oss.gguf"), PackedPolicy::Keep, false, None),
         // An encoder: `embed`'s loop over the chunk and one-sentence graphs.
-        ("bert", Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/bert/tiny"), PackedPolicy::Fail, false),
+        (
+            "bert",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/bert/tiny"),
+            PackedPolicy::Fail,
+            false,
+            Some(4),
+        ),
     ];
     let iree = Iree::for_tests();
     let failures: Vec<String> = std::thread::scope(|s| {
         let runs: Vec<_> = exports
             .iter()
-            .map(|(name, model, packed, host)| {
+            .map(|(name, model, packed, host, stepped_prefill)| {
                 let (work, iree) = (work.path(), &iree);
                 s.spawn(move || {
                     let dir = work.join(name);
-                    // Prompts past 4 tokens run the prompt graph: every graph is compiled.
                     let options = ExportOptions {
                         packed: *packed,
                         max_context: Some(16),
-                        stepped_prefill: Some(4),
+                        stepped_prefill: *stepped_prefill,
                         ..ExportOptions::default()
                     };
                     export(model, &dir, &options, &mut ()).unwrap_or_else(|e| panic!("{name}: export: {e}"));
