@@ -6,10 +6,9 @@ use super::dialects::stablehlo;
 use super::layout::lower_broadcast_in_dim;
 use super::{Emitter, LowerError};
 use crate::graph::{DType, ReduceKind, TensorType, DYNAMIC};
-use melior::ir::attribute::{DenseElementsAttribute, IntegerAttribute};
 use melior::ir::operation::{OperationLike, OperationResult};
-use melior::ir::r#type::IntegerType;
-use melior::ir::{Attribute, Block, BlockLike, Region, RegionLike, Type, Value};
+use melior::ir::r#type::TypeLike;
+use melior::ir::{Attribute, Block, BlockLike, Region, RegionLike, Value};
 
 pub(super) fn lower_reduce<'c, 'a>(
     e: &Emitter<'c, 'a>,
@@ -137,11 +136,18 @@ pub(super) fn lower_argmax<'c, 'a>(
         super::constant::lower_iota(e, dimension, &index_ty)?
     } else {
         let range_ty = TensorType::new([len], DType::I32);
-        let i32_type: Type = IntegerType::new(ctx, 32).into();
-        let items: Vec<Attribute> = (0..len).map(|i| IntegerAttribute::new(i32_type, i as i64).into()).collect();
-        let range = DenseElementsAttribute::new(e.tensor_type(&range_ty), &items)
-            .map_err(|err| e.error(format!("cannot build the indices 0..{len}: {err}")))?;
-        let range = e.emit(stablehlo::constant(ctx, e.tensor_type(&range_ty), range.into(), loc))?;
+        // From the values themselves: an attribute per element made a
+        // 152k-token vocabulary's indices cost 5 MB of uniqued integers.
+        let values: Vec<i32> = (0..len as i32).collect();
+        // SAFETY: the type is a valid shaped type of `len` i32 elements and
+        // `values` holds `len` of them, which MLIR copies.
+        let raw = unsafe {
+            mlir_sys::mlirDenseElementsAttrInt32Get(e.tensor_type(&range_ty).to_raw(), len as isize, values.as_ptr())
+        };
+        // SAFETY: a null attribute is mapped to None.
+        let range = unsafe { Attribute::from_option_raw(raw) }
+            .ok_or_else(|| e.error(format!("cannot build the indices 0..{len}")))?;
+        let range = e.emit(stablehlo::constant(ctx, e.tensor_type(&range_ty), range, loc))?;
         lower_broadcast_in_dim(e, range, &range_ty, &[dimension], &index_ty)?
     };
     let past_end = super::constant::lower_constant(e, len as f64, &index_ty)?;
