@@ -27,7 +27,8 @@
 //!   choose), which `routing` finds by rank, without argmax rounds (IREE
 //!   3.13's CPU codegen fails on those over a dynamic number of rows).
 //!   Simple and correct; its cost against grouping tokens by expert at
-//!   E = 128 is still to be measured.
+//!   E = 128 is still to be measured. The outputs are weighed 8 experts
+//!   at a time and summed ([`GROUP`]).
 
 use super::blocks::{add_bias, Layer};
 use super::{linear_each, Result, Weight};
@@ -105,13 +106,6 @@ struct Biases<'t> {
     down: Tensor<'t>,
 }
 
-/// Row `i` (an i32 scalar) of the stacked bias `b [E, n]`: `[n]`.
-fn bias_row<'t>(b: &Tensor<'t>, i: &Tensor<'t>) -> Result<Tensor<'t>> {
-    let n = b.ty.shape[1];
-    let zero = b.tracer().constant(0.0, TensorType::new([], DType::I32))?;
-    Ok(b.dynamic_slice(&[i, &zero], &[1, n])?.reshape(&[n])?)
-}
-
 /// `y [seq, n]` plus `bias [n]` where there is one.
 fn biased<'t>(y: Tensor<'t>, bias: Option<Tensor<'t>>) -> Result<Tensor<'t>> {
     match bias {
@@ -170,13 +164,7 @@ impl<'t> Moe<'t> {
             let (e, seq, hidden) = (self.c.experts, h.ty.shape[0], h.ty.shape[1]);
             let (gates, ups, downs) = (self.gate.row_blocks(e)?, self.up.row_blocks(e)?, self.down.row_blocks(e)?);
             let outputs = (0..e)
-                .map(|i| {
-                    let rows = match self.biases {
-                        Some(_) => self.bias_rows(&h.tracer().constant(i as f64, TensorType::new([], DType::I32))?)?,
-                        None => None,
-                    };
-                    self.expert([&gates[i], &ups[i], &downs[i]], rows, h)
-                })
+                .map(|i| self.expert([&gates[i], &ups[i], &downs[i]], self.bias_rows_at(i)?, h))
                 .collect::<Result<Vec<_>>>()?;
             let per_token = DotDimensions {
                 lhs_batching_dimensions: vec![0],
@@ -241,13 +229,26 @@ impl<'t> Moe<'t> {
         }
         Ok(out.expect("k is at least one"))
     }
-}
 
-impl<'t> Moe<'t> {
-    /// Expert `index`'s gate, up and down bias rows, where there are biases.
+    /// The chosen expert's (`index`, an i32 scalar) gate, up and down bias
+    /// rows, where there are biases.
     fn bias_rows(&self, index: &Tensor<'t>) -> Result<Option<[Tensor<'t>; 3]>> {
         let Some(b) = &self.biases else { return Ok(None) };
-        Ok(Some([bias_row(&b.gate, index)?, bias_row(&b.up, index)?, bias_row(&b.down, index)?]))
+        let row = |stack: &Tensor<'t>| -> Result<Tensor<'t>> {
+            let (n, zero) = (stack.ty.shape[1], stack.tracer().constant(0.0, TensorType::new([], DType::I32))?);
+            Ok(stack.dynamic_slice(&[index, &zero], &[1, n])?.reshape(&[n])?)
+        };
+        Ok(Some([row(&b.gate)?, row(&b.up)?, row(&b.down)?]))
+    }
+
+    /// Expert `i`'s bias rows, where there are biases.
+    fn bias_rows_at(&self, i: usize) -> Result<Option<[Tensor<'t>; 3]>> {
+        let Some(b) = &self.biases else { return Ok(None) };
+        let row = |stack: &Tensor<'t>| -> Result<Tensor<'t>> {
+            let n = stack.ty.shape[1];
+            Ok(stack.slice(&[i, 0], &[i + 1, n], &[1, 1])?.reshape(&[n])?)
+        };
+        Ok(Some([row(&b.gate)?, row(&b.up)?, row(&b.down)?]))
     }
 
     /// One expert (`[gate, up, down]`, with its bias rows) over `h [seq,
