@@ -28,7 +28,7 @@
 //!   3.13's CPU codegen fails on those over a dynamic number of rows).
 //!   Simple and correct; its cost against grouping tokens by expert at
 //!   E = 128 is still to be measured. The outputs are weighed 8 experts
-//!   at a time and summed ([`GROUP`]).
+//!   at a time and summed (`GROUP`).
 
 use super::blocks::{add_bias, Layer};
 use super::{linear_each, Result, Weight};
