@@ -712,6 +712,31 @@ pub fn refuse_experts<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>) -> Result
     Ok(())
 }
 
+/// How many experts a mixture-of-experts layer has and how many each token
+/// goes to, from GGUF's `expert_count` and `expert_used_count`.
+pub fn expert_counts_gguf<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>) -> Result<(usize, usize)> {
+    let experts = keys.count("expert_count")?;
+    let used = keys.count("expert_used_count")?;
+    if used > experts {
+        return Err(keys.error("expert_used_count", used, format!("is more than expert_count {experts}")));
+    }
+    Ok((experts, used))
+}
+
+/// [`expert_counts_gguf`] from `config.json`: transformers 5 writes
+/// `num_local_experts`, Qwen's checkpoints `num_experts`.
+pub fn expert_counts_hf(keys: &HfKeys<'_>) -> Result<(usize, usize)> {
+    let experts = match keys.has("num_local_experts") {
+        true => keys.count("num_local_experts")?,
+        false => keys.count("num_experts")?,
+    };
+    let used = keys.count("num_experts_per_tok")?;
+    if used > experts {
+        return Err(keys.error("num_experts_per_tok", &used.into(), format!("is more than the {experts} experts")));
+    }
+    Ok((experts, used))
+}
+
 /// Every layer slides but each `every`-th, which attends globally (Gemma's
 /// default layer pattern: every 6th in Gemma 3, every 5th in Gemma 3n).
 pub fn every_nth_global(blocks: usize, every: usize) -> Vec<bool> {

@@ -96,11 +96,7 @@ impl Config {
                 ));
             }
         }
-        let experts = keys.count("expert_count")?;
-        let used = keys.count("expert_used_count")?;
-        if used > experts {
-            return Err(keys.error("expert_used_count", used, format!("is more than expert_count {experts}")));
-        }
+        let (experts, used) = config::expert_counts_gguf(&keys)?;
         let block_count = keys.count("block_count")?;
         let config = Config {
             dims: Dims {
@@ -154,7 +150,7 @@ impl Config {
         keys.ignore(&["hidden_act", "max_position_embeddings", "initial_context_length"]);
         keys.ignore(&["output_router_logits", "router_aux_loss_coef"]);
         let block_count = keys.count("num_hidden_layers")?;
-        let (experts, used) = (keys.count("num_local_experts")?, keys.count("num_experts_per_tok")?);
+        let (experts, used) = config::expert_counts_hf(&keys)?;
         if let Some(copy) = keys.get::<usize>("experts_per_token")? {
             if copy != used {
                 return Err(keys.error(
@@ -163,9 +159,6 @@ impl Config {
                     format!("differs from num_experts_per_tok {used}"),
                 ));
             }
-        }
-        if used > experts {
-            return Err(keys.error("num_experts_per_tok", &used.into(), format!("is more than the {experts} experts")));
         }
         let heads = keys.count("num_attention_heads")?;
         let sliding = match config::layer_types(&keys, block_count)? {

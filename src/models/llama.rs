@@ -237,11 +237,7 @@ impl Config {
 /// (`norm_w`; whatever Qwen3's `norm_topk_prob` was) and have no shared
 /// expert.
 fn experts_from_gguf<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>, width: Option<usize>) -> Result<MoeConfig> {
-    let experts = keys.count("expert_count")?;
-    let used = keys.count("expert_used_count")?;
-    if used > experts {
-        return Err(keys.error("expert_used_count", used, format!("is more than expert_count {experts}")));
-    }
+    let (experts, used) = config::expert_counts_gguf(keys)?;
     let shared = keys.int_or("expert_shared_count", 0)?;
     if shared > 0 {
         return Err(keys.error("expert_shared_count", shared, format!("kiln's {} has no shared experts", keys.arch)));
@@ -259,7 +255,7 @@ fn experts_from_gguf<D: AsRef<[u8]> + ?Sized>(keys: &GgufKeys<'_, D>, width: Opt
 /// whose MLP stays dense (in `mlp_only_layers`, or off every
 /// `decoder_sparse_step`-th layer; transformers' `Qwen3MoeDecoderLayer`).
 fn experts_from_hf(keys: &HfKeys<'_>, block_count: usize) -> Result<(Option<MoeConfig>, Vec<usize>)> {
-    let (experts, used) = expert_counts(keys)?;
+    let (experts, used) = config::expert_counts_hf(keys)?;
     let step = keys.count_or("decoder_sparse_step", 1)?;
     let mlp_only: Vec<usize> = keys.or("mlp_only_layers", vec![])?;
     if let Some(&i) = mlp_only.iter().find(|&&i| i >= block_count) {
@@ -276,24 +272,10 @@ fn experts_from_hf(keys: &HfKeys<'_>, block_count: usize) -> Result<(Option<MoeC
 /// `intermediate_size` wide, the chosen experts' probabilities divided by
 /// their sum (transformers' `MixtralTopKRouter`).
 fn mixtral_experts(keys: &HfKeys<'_>) -> Result<MoeConfig> {
-    let (experts, used) = expert_counts(keys)?;
+    let (experts, used) = config::expert_counts_hf(keys)?;
     // Training only: the router's auxiliary loss and its input noise.
     keys.ignore(&["output_router_logits", "router_aux_loss_coef", "router_jitter_noise"]);
     Ok(MoeConfig::swiglu(experts, used, keys.count("intermediate_size")?, true))
-}
-
-/// The experts and how many each token goes to, from `config.json`.
-fn expert_counts(keys: &HfKeys<'_>) -> Result<(usize, usize)> {
-    // transformers 5 writes `num_local_experts`, Qwen's checkpoints `num_experts`.
-    let experts = match keys.has("num_local_experts") {
-        true => keys.count("num_local_experts")?,
-        false => keys.count("num_experts")?,
-    };
-    let used = keys.count("num_experts_per_tok")?;
-    if used > experts {
-        return Err(keys.error("num_experts_per_tok", &used.into(), format!("is more than the {experts} experts")));
-    }
-    Ok((experts, used))
 }
 
 /// Qwen2/Qwen3's window: `sliding_window` only with `use_sliding_window`,

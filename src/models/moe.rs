@@ -164,7 +164,13 @@ impl<'t> Moe<'t> {
             let (e, seq, hidden) = (self.c.experts, h.ty.shape[0], h.ty.shape[1]);
             let (gates, ups, downs) = (self.gate.row_blocks(e)?, self.up.row_blocks(e)?, self.down.row_blocks(e)?);
             let outputs = (0..e)
-                .map(|i| self.expert([&gates[i], &ups[i], &downs[i]], self.bias_rows_at(i)?, h))
+                .map(|i| {
+                    let rows = self.bias_rows(|stack| {
+                        let n = stack.ty.shape[1];
+                        Ok(stack.slice(&[i, 0], &[i + 1, n], &[1, 1])?.reshape(&[n])?)
+                    })?;
+                    self.expert([&gates[i], &ups[i], &downs[i]], rows, h)
+                })
                 .collect::<Result<Vec<_>>>()?;
             let per_token = DotDimensions {
                 lhs_batching_dimensions: vec![0],
@@ -211,7 +217,11 @@ impl<'t> Moe<'t> {
             .map(|c| {
                 let index = c.index.reshape(&[])?;
                 let weights = [self.gate.select(&index)?, self.up.select(&index)?, self.down.select(&index)?];
-                Ok((weights, self.bias_rows(&index)?))
+                let rows = self.bias_rows(|stack| {
+                    let (n, zero) = (stack.ty.shape[1], stack.tracer().constant(0.0, TensorType::new([], DType::I32))?);
+                    Ok(stack.dynamic_slice(&[&index, &zero], &[1, n])?.reshape(&[n])?)
+                })?;
+                Ok((weights, rows))
             })
             .collect::<Result<Vec<_>>>()?;
         // Every chosen expert's gate and up as one streamed product (one
@@ -230,24 +240,12 @@ impl<'t> Moe<'t> {
         Ok(out.expect("k is at least one"))
     }
 
-    /// The chosen expert's (`index`, an i32 scalar) gate, up and down bias
-    /// rows, where there are biases.
-    fn bias_rows(&self, index: &Tensor<'t>) -> Result<Option<[Tensor<'t>; 3]>> {
+    /// An expert's gate, up and down bias rows, where there are biases:
+    /// `row` takes the expert's row of a `[experts, n]` stack (a static
+    /// slice in the prompt graph, a dynamic one at the routed index in
+    /// decode).
+    fn bias_rows(&self, row: impl Fn(&Tensor<'t>) -> Result<Tensor<'t>>) -> Result<Option<[Tensor<'t>; 3]>> {
         let Some(b) = &self.biases else { return Ok(None) };
-        let row = |stack: &Tensor<'t>| -> Result<Tensor<'t>> {
-            let (n, zero) = (stack.ty.shape[1], stack.tracer().constant(0.0, TensorType::new([], DType::I32))?);
-            Ok(stack.dynamic_slice(&[index, &zero], &[1, n])?.reshape(&[n])?)
-        };
-        Ok(Some([row(&b.gate)?, row(&b.up)?, row(&b.down)?]))
-    }
-
-    /// Expert `i`'s bias rows, where there are biases.
-    fn bias_rows_at(&self, i: usize) -> Result<Option<[Tensor<'t>; 3]>> {
-        let Some(b) = &self.biases else { return Ok(None) };
-        let row = |stack: &Tensor<'t>| -> Result<Tensor<'t>> {
-            let n = stack.ty.shape[1];
-            Ok(stack.slice(&[i, 0], &[i + 1, n], &[1, 1])?.reshape(&[n])?)
-        };
         Ok(Some([row(&b.gate)?, row(&b.up)?, row(&b.down)?]))
     }
 
