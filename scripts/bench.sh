@@ -195,13 +195,21 @@ grep -o 'func.func @[a-z]*([^)]*)' "$e2b/model.mlir" | grep -v private
 if [ -f "$e2b/model.vmfb" ]; then
   # One decode step at position 5 of an empty cache: the weights are zeros,
   # the work is the real model's.
-  cache=$(grep -o 'tensor<20x2x[0-9]*x256xf32>' "$e2b/model.mlir" | head -n 1 | sed 's/tensor<\(.*\)>/\1/')
+  cache=$(grep -o 'tensor<20x2x[0-9]*x256xf[0-9]*>' "$e2b/model.mlir" | head -n 1 | sed 's/tensor<\(.*\)>/\1/')
   .venv/bin/iree-benchmark-module --module="$e2b/model.vmfb" --parameters=model="$bench/gemma3n-e2b.gguf" \
     --function=decode --input=1x1xi32=2 --input=i32=5 --input="$cache=0" --input="$cache=0" \
     --benchmark_repetitions=3 --device_allocator=caching 2>/dev/null \
     | awk '/decode.*_median/ {printf "gemma3n-e2b: decode %s %s per token, %.2f tok/s\n", $2, $3, ($3 == "ms" ? 1000 : 1) / $2}'
   rm -f "$e2b/model.vmfb"
 fi
+
+echo
+echo "== the 8B and E2B shapes compiled for rocm:gfx942 (MI300): compile only, no GPU here =="
+for dir in "$bench/out-llama3-8b-reference" "$e2b"; do
+  /usr/bin/time -f "$(basename "$dir") for rocm:gfx942: wall %e s, peak RSS %M KB" \
+    "$kiln" compile --target rocm:gfx942 "$dir" > /dev/null || echo "$(basename "$dir"): kiln compile --target rocm:gfx942 FAILED"
+  rm -f "$dir/model.vmfb"
+done
 
 echo
 echo "== serving: kiln's exports through IREE next to llama.cpp on the same GGUF, same run (scripts/bench_serving.py) =="
