@@ -41,15 +41,28 @@ pub(super) fn lower_dot_general<'c, 'a>(
     e.emit(stablehlo::dot_general(e.ctx(), e.tensor_type(ty), lhs, rhs, attr, e.loc()))
 }
 
+/// The least contracted dim of a weight product that is data-tiled
+/// ([`weight_product`]). With a shallower one, IREE 3.13 tiles the `?` rows
+/// so deep that unpacking the tiled result fails at codegen when a consumer
+/// is fused in ("operations with large vector sizes (32768 bytes)"):
+/// Gemma 3n's 64-deep laurel and 256-deep per-layer products followed by a
+/// norm, a whole E2B export failing to compile. Such products are cheap
+/// untiled.
+const TILED_DEPTH: usize = 512;
+
 /// Where `lhs` is `x [?, in]` f32 times a static f32 matrix (a prompt's
-/// rows times a weight; no batch dims): the matrix's contracted dim.
+/// rows times a weight; no batch dims), `in` at least [`TILED_DEPTH`]: the
+/// matrix's contracted dim.
 pub(super) fn weight_product(lhs: &TensorType, dims: &DotDimensions, ty: &TensorType) -> Option<usize> {
     let f32 = |t: &TensorType| t.dtype == DType::F32;
-    // Products of fewer than 16 outputs (a tiny model's MoE router) stay
-    // dot_generals: as hinted generics, IREE 3.13's data-tiled codegen of
-    // one failed ("vector.store ... restricted to workgroup distributed
-    // contexts").
-    let rows = lhs.rank() == 2 && lhs.shape[0] == DYNAMIC && lhs.shape[1] != DYNAMIC && ty.shape[1] >= 16;
+    // Products of fewer than 16 outputs (a MoE router) stay dot_generals:
+    // as hinted generics, IREE 3.13's data-tiled codegen of one failed
+    // ("vector.store ... restricted to workgroup distributed contexts").
+    let rows = lhs.rank() == 2
+        && lhs.shape[0] == DYNAMIC
+        && lhs.shape[1] != DYNAMIC
+        && lhs.shape[1] >= TILED_DEPTH
+        && ty.shape[1] >= 16;
     match (&dims.lhs_contracting_dimensions[..], &dims.rhs_contracting_dimensions[..]) {
         ([1], &[k]) if rows && f32(lhs) && f32(ty) && dims.lhs_batching_dimensions.is_empty() && k < 2 => Some(k),
         _ => None,
