@@ -286,6 +286,37 @@ impl Graph {
         self.inputs.iter().any(|v| binds(&self.nodes[v.0])) || self.nodes.iter().any(binds)
     }
 
+    /// This graph without the nodes its outputs do not read (its inputs
+    /// stay): a function traced from a whole model that returns a part of
+    /// it, such as the output head alone.
+    pub fn pruned(&self) -> Graph {
+        let mut live = vec![false; self.nodes.len()];
+        for v in self.inputs.iter().chain(&self.outputs) {
+            live[v.0] = true;
+        }
+        for (i, node) in self.nodes.iter().enumerate().rev() {
+            if live[i] {
+                node.operands.iter().for_each(|v| live[v.0] = true);
+            }
+        }
+        let mut pruned = Graph::new(self.name.clone());
+        let mut ids = vec![None; self.nodes.len()];
+        for (i, node) in self.nodes.iter().enumerate().filter(|(i, _)| live[*i]) {
+            let id = ValueId(pruned.nodes.len());
+            match &node.op {
+                Op::Param { name } => _ = pruned.params.insert(name.clone(), id),
+                Op::Input => pruned.inputs.push(id),
+                _ => {}
+            }
+            pruned.by_name.insert(node.name.clone(), id);
+            let operands = node.operands.iter().map(|v| ids[v.0].expect("operands are defined first")).collect();
+            pruned.nodes.push(Node { operands, ..node.clone() });
+            ids[i] = Some(id);
+        }
+        pruned.outputs = self.outputs.iter().map(|v| ids[v.0].expect("outputs are live")).collect();
+        pruned
+    }
+
     /// Sets the returned values; there must be at least one.
     pub fn set_outputs(&mut self, outputs: Vec<ValueId>) -> Result<(), GraphError> {
         if outputs.is_empty() {

@@ -311,6 +311,20 @@ func @main(%x: tensor<2x4xf32>, %ids: tensor<2xi32>) {
         assert_eq!(printed, print(&again));
     }
 
+    /// Pruning keeps the inputs and what the outputs read, in order.
+    #[test]
+    fn pruned_drops_what_the_outputs_do_not_read() {
+        let g = parse(SAMPLE).unwrap();
+        let z = g.outputs()[1];
+        let mut only_z = g.clone();
+        only_z.set_outputs(vec![z]).unwrap();
+        let pruned = only_z.pruned();
+        let expected = "func @main(%x: tensor<2x4xf32>, %ids: tensor<2xi32>) {\n  %w = param {name = \"token_embd.weight\"} : tensor<10x4xf32>\n  %e = gather %w, %ids : tensor<2x4xf32>\n  %y = add %x, %e : tensor<2x4xf32>\n  %z = dot_general %y, %w {lhs_batching_dimensions = [], rhs_batching_dimensions = [], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]} : tensor<2x10xf32>\n  return %z\n}\n";
+        assert_eq!(print(&pruned), expected);
+        assert_eq!(parse(expected).unwrap(), pruned);
+        assert_eq!(g.pruned(), g, "a graph whose outputs read every node");
+    }
+
     #[test]
     fn tied_param_is_one_node() {
         let text = "func @f(%i: tensor<2xi32>) {\n  %a = param {name = \"w\"} : tensor<3x2xf32>\n  %b = param {name = \"w\"} : tensor<3x2xf32>\n  return %a\n}\n";

@@ -35,6 +35,14 @@ pub struct GreedyLoop<'g> {
     /// `decode(tokens: tensor<1x1xi32>, position: tensor<i32>, caches...) ->
     /// (logits: tensor<1x1xVxf32>, caches...)`
     pub decode: &'g Graph,
+    /// `fill(tokens: tensor<1x1xi32>, position: tensor<i32>, caches...) ->
+    /// (hidden: tensor<1x1xHxf32>, caches...)`: `decode` without its head,
+    /// what the stepped `prefill` runs for each token of the prompt.
+    pub fill: &'g Graph,
+    /// `(hidden: tensor<1x1xHxf32>) -> logits: tensor<1x1xVxf32>`: the
+    /// head, run once after the prompt's `fill` steps. Gemma 3n E2B's is
+    /// 40 of a 126 ms step (Q6_K, 262144 x 2048).
+    pub head: &'g Graph,
     /// `(logits: tensor<1x1xVxf32>, index: tensor<i32>) -> tensor<1x1xi32>`
     pub pick: &'g Graph,
     /// The caches' positions; also the length of `generate`'s output.
@@ -61,7 +69,12 @@ pub const STEPPED_PREFILL: usize = 32;
 impl<'g> GreedyLoop<'g> {
     /// Every graph the module holds, the model's first.
     pub fn graphs(&self) -> Vec<&'g Graph> {
-        self.prefill.into_iter().chain([self.decode, self.pick]).collect()
+        self.prefill.into_iter().chain([self.decode, self.fill, self.head, self.pick]).collect()
+    }
+
+    /// Whether `prefill` runs prompts as steps (`lower_prefill`).
+    pub(super) fn steps_prompts(&self) -> bool {
+        self.stepped_prefill > 0 || self.prefill.is_none()
     }
 
     /// What `prefill` and `decode` return: the logits `[1, 1, V]` and the
@@ -293,31 +306,34 @@ pub(super) const PREFILL_PROMPT: &str = "prefill_prompt";
 ///   logits, caches = stepped ? zeros : call @prefill_prompt(prompt)
 ///   steps = stepped ? len(prompt) : 0
 ///   while i < steps:                       // i from 0, the prompt read from above
-///     logits, caches = call @decode(prompt[:, i], i, caches)
-///     logits = i < 0 ? previous logits : logits       // see below
+///     hidden, caches = call @fill(prompt[:, i], i, caches)
+///     hidden = i < 0 ? previous hidden : hidden      // see below
+///   logits = stepped ? call @head(hidden) : logits
 /// ```
 ///
 /// Both give the last position's logits and caches holding the prompt; the
 /// steps read keys and values back from the cache (rounded to its dtype),
 /// as `decode` does, where the prompt's graph attends to its own f32 ones.
+/// The head runs once, after the steps, not at each as `decode`'s would.
 /// iree-compile 3.13's stream conversion crashes on a loop that carries a
-/// value its body never reads (the logits, replaced at each step), so the
-/// body reads them in a select whose predicate never holds. The prompt is
-/// read from above (no `?`-sized value is carried). `decode` is the public
-/// entry point's, which marks the function untiled (`FunctionKind::
-/// PublicUntiled`); the prompt graph's products with the weights carry the
-/// data-tiling hint themselves and stay tiled (`dot_general::
-/// lower_weight_product`). A data-tiled decode step fails to compile (its
-/// attention products over the filled positions, `?`, need unbounded
-/// stack).
+/// value its body never reads (the hidden state, replaced at each step), so
+/// the body reads it in a select whose predicate never holds. The prompt is
+/// read from above (no `?`-sized value is carried). `fill` is marked
+/// untiled as `decode` is (`FunctionKind::PrivateUntiled`); the prompt
+/// graph's products with the weights carry the data-tiling hint themselves
+/// and stay tiled (`dot_general::lower_weight_product`). A data-tiled
+/// decode step fails to compile (its attention products over the filled
+/// positions, `?`, need unbounded stack).
 pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &GreedyLoop<'_>) -> Result<(), LowerError> {
     let ctx = session.context();
     let loc = Location::name(ctx, "prefill", Location::unknown(ctx));
     let i32_scalar = TensorType::new([], DType::I32);
     let prompt_ty = prompt_type();
-    let state_tys = spec.state_types();
     let t = |ty: &TensorType| tensor_type(ctx, ty);
+    let state_tys = spec.state_types();
     let state_types: Vec<Type> = state_tys.iter().map(t).collect();
+    let fill_tys: Vec<TensorType> = spec.fill.outputs().iter().map(|&v| spec.fill.node(v).ty.clone()).collect();
+    let fill_types: Vec<Type> = fill_tys.iter().map(t).collect();
 
     let block = Block::new(&[(t(&prompt_ty), loc)]);
     {
@@ -333,9 +349,14 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
         let (zeros_region, whole_region) = (Region::new(), Region::new());
         let zeros = zeros_region.append_block(Block::new(&[]));
         let whole = whole_region.append_block(Block::new(&[]));
-        let (first, steps): (Vec<Value>, Value) = match spec.prefill {
+        // And of the choice of logits after them.
+        let (head_region, prompt_region) = (Region::new(), Region::new());
+        let head = head_region.append_block(Block::new(&[]));
+        let from_prompt = prompt_region.append_block(Block::new(&[]));
+        // The prompt graph's (logits, caches) and whether the steps run.
+        let (prompt_logits, caches, steps): (Option<(Value, Value)>, Vec<Value>, Value) = match spec.prefill {
             // Every prompt is stepped.
-            None => (empty_state(&e, &state_tys)?, len),
+            None => (None, empty_state(&e, &fill_tys[1..])?, len),
             Some(graph) => {
                 let stepped = compare(&e, len, int(spec.stepped_prefill as i64)?, ComparisonDirection::Le)?;
                 let steps = e.emit(stablehlo::select(ctx, t(&i32_scalar), stepped, len, zero, loc))?;
@@ -352,20 +373,22 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
                 let first = block.append_operation(
                     stablehlo::r#if(ctx, &state_types, stepped, zeros_region, whole_region, loc).into(),
                 );
-                let state =
+                let mut state: Vec<Value> =
                     (0..state_tys.len()).map(|i| first.result(i).expect("one result per type").into()).collect();
-                (state, steps)
+                let logits = state.remove(0);
+                (Some((stepped, logits)), state, steps)
             }
         };
 
-        // Loop-carried: i, logits, caches..., steps.
+        // Loop-carried: i, hidden, caches..., steps.
         let mut carried = vec![zero];
-        carried.extend(first);
+        carried.push(empty_state(&e, &fill_tys[..1])?[0]);
+        carried.extend(caches);
         carried.push(steps);
         let mut carried_tys = vec![i32_scalar.clone()];
-        carried_tys.extend(state_tys.iter().cloned());
+        carried_tys.extend(fill_tys.iter().cloned());
         carried_tys.push(i32_scalar.clone());
-        let steps_at = 1 + state_tys.len();
+        let steps_at = 1 + fill_tys.len();
         let block_args: Vec<(Type, Location)> = carried_tys.iter().map(|ty| (t(ty), loc)).collect();
 
         let (cond_region, body_region) = (Region::new(), Region::new());
@@ -388,19 +411,38 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
                 e.emit(stablehlo::dynamic_slice(ctx, token_ty, prompt, &[zero, i], e.i64_array(&[1, 1]), loc))?;
             let mut inputs = vec![token, i];
             inputs.extend((2..steps_at).map(arg));
-            let mut decoded = e.call(&spec.decode.name, &inputs, &state_types);
+            let mut filled = e.call(&spec.fill.name, &inputs, &fill_types);
             let never = compare(&e, i, zero, ComparisonDirection::Lt)?;
-            decoded[0] = e.emit(stablehlo::select(ctx, state_types[0], never, arg(1), decoded[0], loc))?;
+            filled[0] = e.emit(stablehlo::select(ctx, fill_types[0], never, arg(1), filled[0], loc))?;
             let mut yielded = vec![e.emit(stablehlo::add(ctx, t(&i32_scalar), i, one, loc))?];
-            yielded.extend(decoded);
+            yielded.extend(filled);
             yielded.push(arg(steps_at));
             body.append_operation(stablehlo::r#return(ctx, &yielded, loc).into());
         }
         let result_types: Vec<Type> = carried_tys.iter().map(t).collect();
         let op = block
             .append_operation(stablehlo::r#while(ctx, &result_types, &carried, cond_region, body_region, loc).into());
-        let state: Vec<Value> =
+        let mut state: Vec<Value> =
             (1..steps_at).map(|i| op.result(i).expect("one result per carried value").into()).collect();
+        let hidden = state[0];
+
+        // The logits: the head of the last step's hidden state where the
+        // steps ran, else the prompt graph's.
+        state[0] = match prompt_logits {
+            None => call(&e, spec.head, &[hidden])[0],
+            Some((stepped, prompt_logits)) => {
+                {
+                    let e = Emitter { block: &head, function: &function, ..e };
+                    let logits = call(&e, spec.head, &[hidden]);
+                    head.append_operation(stablehlo::r#return(ctx, &logits, loc).into());
+                }
+                from_prompt.append_operation(stablehlo::r#return(ctx, &[prompt_logits], loc).into());
+                let choice = block.append_operation(
+                    stablehlo::r#if(ctx, &state_types[..1], stepped, head_region, prompt_region, loc).into(),
+                );
+                choice.result(0).expect("one result").into()
+            }
+        };
         block.append_operation(func::r#return(&state, loc));
     }
     let function_type = FunctionType::new(ctx, &[t(&prompt_ty)], &state_types);

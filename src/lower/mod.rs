@@ -229,7 +229,9 @@ impl Session {
             // After `decode`: with the stepped `prefill` (which calls it)
             // first, iree-compile 3.13's stream conversion fails ("failed to
             // legalize unresolved target materialization").
-            if spec.stepped_prefill > 0 || spec.prefill.is_none() {
+            if spec.steps_prompts() {
+                self.lower_function(scope, spec.fill, FunctionKind::PrivateUntiled, &[])?;
+                self.lower_function(scope, spec.head, FunctionKind::Private, &[])?;
                 generate::lower_prefill(self, scope, spec)?;
             }
             generate::lower_generate(self, scope, spec)
@@ -335,7 +337,7 @@ impl Session {
             for (i, &v) in graph.inputs().iter().enumerate() {
                 values[v.0] = Some(block.argument(i).expect("one block argument per graph input").into());
             }
-            if kind == FunctionKind::PublicUntiled {
+            if matches!(kind, FunctionKind::PublicUntiled | FunctionKind::PrivateUntiled) {
                 let first = graph.inputs().first().ok_or_else(|| LowerError::Node {
                     node: graph.name.clone(),
                     op: "func.func",
@@ -422,7 +424,7 @@ impl Session {
         let private = (Identifier::new(ctx, "sym_visibility"), StringAttribute::new(ctx, "private").into());
         let mut attributes = match kind {
             FunctionKind::Public | FunctionKind::PublicUntiled => vec![],
-            FunctionKind::Private => vec![private],
+            FunctionKind::Private | FunctionKind::PrivateUntiled => vec![private],
         };
         if !in_place.is_empty() {
             let index = Type::index(ctx);
@@ -493,6 +495,10 @@ enum FunctionKind {
     PublicUntiled,
     /// `func.func private @name`, inlined where called.
     Private,
+    /// A private function marked as [`FunctionKind::PublicUntiled`]: a
+    /// decode step inlined into a function that may have nothing else to
+    /// choose the data tiling by.
+    PrivateUntiled,
 }
 
 /// A public function of a module, with its argument and result types as

@@ -493,13 +493,8 @@ impl<'t> Head<'t> {
         Ok(Head { output_norm: norm_weight(output_norm, norm_adds_one)?, output, eps })
     }
 
-    /// `x [seq, hidden]` -> logits `[seq, vocab]`, or `[1, vocab]` for the
-    /// last position.
-    pub fn forward(&self, x: &Tensor<'t>, logits: Logits) -> Result<Tensor<'t>> {
-        let x = match logits {
-            Logits::Every => x.clone(),
-            Logits::Last => last_row(x)?,
-        };
+    /// `x [n, hidden]` -> logits `[n, vocab]`.
+    pub fn forward(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
         self.output.linear(&x.rms_norm(Some(&self.output_norm), self.eps)?)
     }
 }
@@ -537,9 +532,9 @@ impl<'t> Stack<'t> {
     }
 
     /// `x [seq, hidden]` through the blocks, block `i` attending at `at(i)`
-    /// and, with a cache, writing layer `i` of it, then the head: logits
-    /// `[seq, vocab]`, or `[1, vocab]` for the last position.
-    pub fn logits<'p>(
+    /// and, with a cache, writing layer `i` of it: the head's input
+    /// `[seq, hidden]`, or `[1, hidden]` for the last position.
+    pub fn hidden<'p>(
         &self,
         mut x: Tensor<'t>,
         at: impl Fn(usize) -> &'p Positional<'t>,
@@ -552,7 +547,15 @@ impl<'t> Stack<'t> {
         for (i, block) in self.blocks.iter().enumerate() {
             x = block.forward(&x, at(i), cache.as_deref_mut().map(|c| (c, i)))?;
         }
-        self.head.forward(&x, logits)
+        match logits {
+            Logits::Every => Ok(x),
+            Logits::Last => last_row(&x),
+        }
+    }
+
+    /// [`Stack::hidden`]'s `[n, hidden]` -> logits `[n, vocab]`.
+    pub fn logits(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
+        self.head.forward(x)
     }
 }
 

@@ -34,18 +34,28 @@ pub trait Decoder<'t> {
         (ty(d.head_dim), ty(self.value_length()))
     }
 
-    /// `tokens [seq]` i32 -> logits f32 at the positions of `at`, `[seq,
-    /// vocab]` or `[1, vocab]` as `at.logits` says; with a cache, the
-    /// queries attend over it, after this call's keys and values are
+    /// `tokens [seq]` i32 -> the head's input f32 at the positions of `at`,
+    /// `[seq, hidden]` or `[1, hidden]` as `at.logits` says; with a cache,
+    /// the queries attend over it, after this call's keys and values are
     /// written into it at `cache.start`.
-    fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>>;
+    fn hidden(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>>;
 
-    /// [`Decoder::forward`] at the cache's next positions: the last
-    /// position's logits, `[1, vocab]`. Into an empty cache the tokens
-    /// attend to their own keys only ([`Keys::Own`]); one token attends
-    /// over the cache's filled positions only ([`Keys::Filled`]); more
-    /// attend over the whole cache under a mask.
-    fn forward_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
+    /// The output head: [`Decoder::hidden`]'s `[n, hidden]` -> logits `[n,
+    /// vocab]`.
+    fn logits(&self, hidden: &Tensor<'t>) -> Result<Tensor<'t>>;
+
+    /// [`Decoder::hidden`] through the head: logits `[seq, vocab]` or `[1,
+    /// vocab]`.
+    fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
+        self.logits(&self.hidden(tokens, at, cache)?)
+    }
+
+    /// [`Decoder::hidden`] at the cache's next positions: the last
+    /// position's, `[1, hidden]`. Into an empty cache the tokens attend to
+    /// their own keys only ([`Keys::Own`]); one token attends over the
+    /// cache's filled positions only ([`Keys::Filled`]); more attend over
+    /// the whole cache under a mask.
+    fn hidden_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
         let seq = tokens.ty.shape[0];
         let positions = cache.positions(seq)?;
         let start = cache.start.clone();
@@ -54,7 +64,7 @@ pub trait Decoder<'t> {
             1 => Keys::Filled,
             _ => Keys::Masked { len: cache.context(), q_offset: (&start).into() },
         };
-        self.forward(tokens, Span { positions: &positions, keys, logits: Logits::Last }, Some(cache))
+        self.hidden(tokens, Span { positions: &positions, keys, logits: Logits::Last }, Some(cache))
     }
 }
 

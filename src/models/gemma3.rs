@@ -355,7 +355,7 @@ impl<'t> Decoder<'t> for Gemma3<'t> {
     }
 
     /// Masked causally, and within the window on local layers.
-    fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
+    fn hidden(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
         let (c, t, logits) = (&self.config, tokens.tracer(), at.logits);
         let global = Positional::neox(c.rope, c.dims.head_dim, &at, None)?;
         let local =
@@ -368,8 +368,12 @@ impl<'t> Decoder<'t> for Gemma3<'t> {
             Some(local) if c.is_sliding(i) => local,
             _ => &global,
         };
-        let logits = self.stack.logits(x, at, cache, logits)?;
-        Ok(match c.final_logit_softcapping {
+        self.stack.hidden(x, at, cache, logits)
+    }
+
+    fn logits(&self, hidden: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let logits = self.stack.logits(hidden)?;
+        Ok(match self.config.final_logit_softcapping {
             Some(cap) => logits.soft_cap(cap)?,
             None => logits,
         })

@@ -824,7 +824,7 @@ impl<'t> Decoder<'t> for Gemma3n<'t> {
         (ty.clone(), ty)
     }
 
-    fn forward(
+    fn hidden(
         &self,
         tokens: &Tensor<'t>,
         at: Span<'_, 't>,
@@ -858,8 +858,12 @@ impl<'t> Decoder<'t> for Gemma3n<'t> {
             Logits::Every => h,
             Logits::Last => h.iter().map(last_row).collect::<Result<Streams<'t>>>()?,
         };
-        let logits = self.head.forward(&self.merge(&h)?, Logits::Every)?;
-        Ok(match c.final_logit_softcapping {
+        self.merge(&h)
+    }
+
+    fn logits(&self, hidden: &Tensor<'t>) -> Result<Tensor<'t>> {
+        let logits = self.head.forward(hidden)?;
+        Ok(match self.config.final_logit_softcapping {
             Some(cap) => logits.soft_cap(cap)?,
             None => logits,
         })

@@ -280,12 +280,16 @@ impl<'t> Decoder<'t> for GptOss<'t> {
     }
 
     /// Masked causally, and within the window on the sliding layers.
-    fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
+    fn hidden(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
         let (c, logits) = (&self.config, at.logits);
         let full = Positional::neox(c.rope, c.dims.head_dim, &at, None)?;
         let sliding = Positional::neox(c.rope, c.dims.head_dim, &at, Some(c.sliding_window))?;
         let at = |i: usize| if c.sliding[i] { &sliding } else { &full };
-        self.stack.logits(self.stack.embed(tokens)?, at, cache, logits)
+        self.stack.hidden(self.stack.embed(tokens)?, at, cache, logits)
+    }
+
+    fn logits(&self, hidden: &Tensor<'t>) -> Result<Tensor<'t>> {
+        self.stack.logits(hidden)
     }
 }
 

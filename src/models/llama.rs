@@ -476,7 +476,7 @@ impl<'t> Decoder<'t> for Llama<'t> {
     }
 
     /// Masked causally, and within the window if the model slides one.
-    fn forward(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
+    fn hidden(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
         let c = &self.config;
         let rope = Rope::new(c.dims.head_dim, c.rope.theta, c.rope_style).with_scaling(c.rope.scaling);
         let rotation = match &self.rope_freqs {
@@ -485,7 +485,11 @@ impl<'t> Decoder<'t> for Llama<'t> {
         };
         let logits = at.logits;
         let at = Positional::new(rotation, &at, c.sliding_window)?;
-        self.stack.logits(self.stack.embed(tokens)?, |_| &at, cache, logits)
+        self.stack.hidden(self.stack.embed(tokens)?, |_| &at, cache, logits)
+    }
+
+    fn logits(&self, hidden: &Tensor<'t>) -> Result<Tensor<'t>> {
+        self.stack.logits(hidden)
     }
 }
 

@@ -52,20 +52,55 @@ fn prompt_graph(family: &Family, weights: &dyn Checkpoint, cache: CacheSpec) -> 
     let (keys, values) = model.cache_types(cache);
     let (keys, values) = (t.constant(0.0, keys)?, t.constant(0.0, values)?);
     let start = t.constant(0.0, TensorType::new([], DType::I32))?;
-    finish_cached(&t, &*model, &tokens, KvCache { keys: Cache(keys), values: Cache(values), start, empty: true })
+    finish_cached(
+        &t,
+        &*model,
+        &tokens,
+        KvCache { keys: Cache(keys), values: Cache(values), start, empty: true },
+        Returns::Logits,
+    )
 }
 
 /// [`entry_points`]' `decode`.
 fn decode_graph(family: &Family, weights: &dyn Checkpoint, cache: CacheSpec, decode_len: usize) -> Result<Graph> {
+    step_graph("decode", family, weights, cache, decode_len, Returns::Logits)
+}
+
+/// [`Serving::fill`]: `decode`'s step without the head.
+fn fill_graph(family: &Family, weights: &dyn Checkpoint, cache: CacheSpec) -> Result<Graph> {
+    step_graph("fill", family, weights, cache, 1, Returns::Hidden)
+}
+
+/// `name(tokens: tensor<1 x decode_len x i32>, position, keys, values) ->
+/// (what `returns` says, keys, values)`.
+fn step_graph(
+    name: &str,
+    family: &Family,
+    weights: &dyn Checkpoint,
+    cache: CacheSpec,
+    decode_len: usize,
+    returns: Returns,
+) -> Result<Graph> {
     let cache = CacheSpec::new(cache.max_context, cache.dtype)?;
-    let t = Tracer::new("decode");
+    let t = Tracer::new(name);
     let model = family.load(&t, weights)?;
     let tokens = t.input("tokens", TensorType::new([1, decode_len], DType::I32))?;
     let start = t.input("position", TensorType::new([], DType::I32))?;
     let (keys, values) = model.cache_types(cache);
     let (keys, values) = (t.input("keys", keys)?, t.input("values", values)?);
     let cache = KvCache { keys: Cache(keys), values: Cache(values), start, empty: false };
-    finish_cached(&t, &*model, &tokens, cache)
+    finish_cached(&t, &*model, &tokens, cache, returns)
+}
+
+/// [`Serving::head`]: the output head alone, pruned of the model's other
+/// weights, which its trace declares but never reads.
+fn head_graph(family: &Family, weights: &dyn Checkpoint, hidden: &TensorType) -> Result<Graph> {
+    let t = Tracer::new("head");
+    let model = family.load(&t, weights)?;
+    let x = t.input("hidden", hidden.clone())?;
+    let logits = model.logits(&x.reshape(&hidden.shape[1..])?)?;
+    let logits = logits.reshape(&[1, 1, model.vocab_size()])?;
+    Ok(t.finish(&[&logits])?.pruned())
 }
 
 /// `name(logits: tensor<1 x seq x vocab x f32>, index: tensor<i32>) ->
@@ -91,6 +126,12 @@ pub struct Serving {
     /// `decode(tokens: tensor<1x1xi32>, position, keys, values) -> (logits,
     /// keys, values)`.
     pub decode: Graph,
+    /// `fill(tokens: tensor<1x1xi32>, position, keys, values) -> (hidden:
+    /// tensor<1x1xHxf32>, keys, values)`: `decode` without the head, the
+    /// prompt's steps but the last ([`crate::lower::GreedyLoop::fill`]).
+    pub fill: Graph,
+    /// `head(hidden) -> logits`: the head of `decode`, after `fill`.
+    pub head: Graph,
     /// [`greedy_pick`] over the `[1, 1, vocab]` logits both return.
     pub pick: Graph,
     /// Positions of the KV cache: prompt plus generated tokens.
@@ -150,9 +191,13 @@ impl Serving {
             return Err(ModelError::UnusedTensor { name, family: family.name().to_string() });
         }
         let vocab = decode.node(decode.outputs()[0]).ty.shape[2];
+        let fill = fill_graph(family, weights, cache)?;
+        let head = head_graph(family, weights, &fill.node(fill.outputs()[0]).ty)?;
         Ok(Serving {
             prefill,
             decode,
+            fill,
+            head,
             pick: greedy_pick("pick", 1, vocab)?,
             max_context: cache.max_context,
             stepped_prefill: stepped_prefill.min(cache.max_context),
@@ -165,6 +210,8 @@ impl Serving {
         crate::lower::GreedyLoop {
             prefill: self.prefill.as_ref(),
             decode: &self.decode,
+            fill: &self.fill,
+            head: &self.head,
             pick: &self.pick,
             max_context: self.max_context,
             stepped_prefill: self.stepped_prefill,
@@ -172,9 +219,9 @@ impl Serving {
     }
 
     /// What the serving module's `prefill(prompt)` computes, by the reference
-    /// interpreter: `decode` steps from empty caches for a prompt of at most
-    /// [`Serving::stepped_prefill`] tokens, else the prompt's graph. Returns
-    /// `(logits, keys, values)`.
+    /// interpreter: `fill` steps from empty caches and the head for a prompt
+    /// of at most [`Serving::stepped_prefill`] tokens, else the prompt's
+    /// graph. Returns `(logits, keys, values)`.
     pub fn prefill_reference(
         &self,
         params: &dyn ParamSource,
@@ -187,7 +234,7 @@ impl Serving {
             _ => {}
         }
         let mut state: Vec<Value> = self
-            .decode
+            .fill
             .outputs()
             .iter()
             .map(|&v| {
@@ -198,8 +245,10 @@ impl Serving {
         for (i, &token) in prompt.iter().enumerate() {
             let mut inputs = vec![token_ids(&[token]), scalar_i32(i as i32)];
             inputs.extend(state.drain(1..));
-            state = crate::interp::run(&self.decode, &inputs, params)?;
+            state = crate::interp::run(&self.fill, &inputs, params)?;
         }
+        let hidden = state.remove(0);
+        state.splice(0..0, crate::interp::run(&self.head, &[hidden], params)?);
         Ok(state)
     }
 
@@ -235,18 +284,33 @@ impl Serving {
     }
 }
 
+/// What a graph over the cache returns before the caches: the last
+/// position's
+#[derive(Clone, Copy)]
+enum Returns {
+    /// logits, `[1, 1, vocab]`;
+    Logits,
+    /// head input, `[1, 1, hidden]` ([`Decoder::hidden`]).
+    Hidden,
+}
+
 /// Runs `tokens [1, n]` through `model` with `cache` and ends the trace with
-/// `(logits [1, 1, vocab], keys, values)`: the last position's logits.
+/// `(what returns says, keys, values)`.
 fn finish_cached<'t>(
     t: &'t Tracer,
     model: &dyn Decoder<'t>,
     tokens: &Tensor<'t>,
     mut cache: KvCache<'t>,
+    returns: Returns,
 ) -> Result<Graph> {
     let n = tokens.ty.shape[1];
-    let logits = model.forward_cached(&tokens.reshape(&[n])?, &mut cache)?;
-    let logits = logits.reshape(&[1, 1, model.vocab_size()])?;
-    Ok(t.finish(&[&logits, &cache.keys.0, &cache.values.0])?)
+    let hidden = model.hidden_cached(&tokens.reshape(&[n])?, &mut cache)?;
+    let last = match returns {
+        Returns::Logits => model.logits(&hidden)?,
+        Returns::Hidden => hidden,
+    };
+    let last = last.reshape(&[1, 1, last.ty.shape[1]])?;
+    Ok(t.finish(&[&last, &cache.keys.0, &cache.values.0])?)
 }
 
 /// Token ids as the entry points take them: `tensor<1xNxi32>`.
