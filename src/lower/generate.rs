@@ -198,15 +198,17 @@ pub(super) fn lower_generate(
 /// n = clamp(0, n_new, MAX - len(prompt) + 1)
 /// caches = empty; token = prompt[0]; out = [-1, ...]
 /// while i < len(prompt) - 1 + max(n, 1):              // i from 0
-///   logits, caches = call @decode(token, i, caches)
-///   picked = call @pick(logits, 0)
-///   out[i - len(prompt) + 1] = picked   where i >= len(prompt) - 1
+///   hidden, caches = call @fill(token, i, caches)
+///   new = i >= len(prompt) - 1
+///   picked = new ? call @pick(call @head(hidden), 0) : 0
+///   out[i - len(prompt) + 1] = picked   where new
 ///   token = i + 1 < len(prompt) ? prompt[i + 1] : picked
 /// ```
 ///
-/// One inlined copy of decode, where calling the stepped `prefill` would
-/// nest its loop in this one (which IREE 3.13 miscompiled: wrong tokens
-/// from a tiny llama).
+/// One inlined copy of decode's step (`fill`, its head apart: the prompt's
+/// tokens but the last need no logits), where calling the stepped `prefill`
+/// would nest its loop in this one (which IREE 3.13 miscompiled: wrong
+/// tokens from a tiny llama).
 fn lower_generate_stepped(session: &Session, scope: &Scope<'_, '_>, spec: &GreedyLoop<'_>) -> Result<(), LowerError> {
     let ctx = session.context();
     let loc = Location::name(ctx, "generate", Location::unknown(ctx));
@@ -256,6 +258,11 @@ fn lower_generate_stepped(session: &Session, scope: &Scope<'_, '_>, spec: &Greed
             cond.append_operation(stablehlo::r#return(ctx, &[more], loc).into());
         }
         let body = body_region.append_block(Block::new(&block_args));
+        // The branches of the pick (their blocks must outlive the emitters
+        // that fill them).
+        let (pick_region, none_region) = (Region::new(), Region::new());
+        let pick = pick_region.append_block(Block::new(&[]));
+        let none = none_region.append_block(Block::new(&[]));
         {
             let e = Emitter { block: &body, function: &function, ..e };
             let arg = |i: usize| -> Value { body.argument(i).expect("one argument per carried value").into() };
@@ -264,22 +271,37 @@ fn lower_generate_stepped(session: &Session, scope: &Scope<'_, '_>, spec: &Greed
             let (zero, one) = (int(0)?, int(1)?);
             let mut inputs = vec![arg(1), i];
             inputs.extend((0..caches).map(|c| arg(2 + c)));
-            let decoded = call(&e, spec.decode, &inputs);
-            let picked = call(&e, spec.pick, &[decoded[0], zero])[0];
-            let next = e.emit(stablehlo::add(ctx, t(&i32_scalar), i, one, loc))?;
+            let filled = call(&e, spec.fill, &inputs);
             // The new tokens start at the prompt's last position.
             let first_new = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), len, one, loc))?;
+            let new = compare(&e, i, first_new, ComparisonDirection::Ge)?;
+            {
+                let e = Emitter { block: &pick, function: &function, ..e };
+                let zero = e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, 0), loc))?;
+                let logits = call(&e, spec.head, &[filled[0]])[0];
+                let picked = call(&e, spec.pick, &[logits, zero]);
+                pick.append_operation(stablehlo::r#return(ctx, &picked, loc).into());
+            }
+            {
+                let e = Emitter { block: &none, function: &function, ..e };
+                let token = e.emit(stablehlo::constant(ctx, t(&token_ty), splat_i32(&e, &token_ty, 0)?, loc))?;
+                none.append_operation(stablehlo::r#return(ctx, &[token], loc).into());
+            }
+            let picked = body.append_operation(
+                stablehlo::r#if(ctx, &[t(&token_ty)], new, pick_region, none_region, loc).into(),
+            );
+            let picked: Value = picked.result(0).expect("one result").into();
+            let next = e.emit(stablehlo::add(ctx, t(&i32_scalar), i, one, loc))?;
             let at = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), i, first_new, loc))?;
             let written =
                 e.emit(stablehlo::dynamic_update_slice(ctx, t(&out_ty), arg(out_at), picked, &[zero, at], loc))?;
-            let new = compare(&e, i, first_new, ComparisonDirection::Ge)?;
             let out = e.emit(stablehlo::select(ctx, t(&out_ty), new, written, arg(out_at), loc))?;
             let from_prompt =
                 e.emit(stablehlo::dynamic_slice(ctx, t(&token_ty), prompt, &[zero, next], e.i64_array(&[1, 1]), loc))?;
             let in_prompt = compare(&e, next, len, ComparisonDirection::Lt)?;
             let token = e.emit(stablehlo::select(ctx, t(&token_ty), in_prompt, from_prompt, picked, loc))?;
             let mut yielded = vec![next, token];
-            yielded.extend(&decoded[1..]);
+            yielded.extend(&filled[1..]);
             yielded.extend([out, arg(steps_at), len]);
             body.append_operation(stablehlo::r#return(ctx, &yielded, loc).into());
         }
