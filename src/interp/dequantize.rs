@@ -22,9 +22,11 @@ pub(super) fn dequantize(ggml: GgmlType, raw: &Value) -> Result<Buffer, String> 
 }
 
 /// `x · wᵀ` for each `w` the dequantized rows of one of `matrices`, one
-/// after another, summed in f64 like `dot_general`.
+/// after another, each for every row of `x` in turn, summed in f64 like
+/// `dot_general`.
 pub(super) fn packed_matvec(ggml: GgmlType, matrices: &[&Value], x: &Value) -> Result<Buffer, String> {
-    let Buffer::F32(x) = &x.data else { return Err(format!("expects f32 x, found {}", x.ty)) };
+    let Buffer::F32(xs) = &x.data else { return Err(format!("expects f32 x, found {}", x.ty)) };
+    let width = x.ty.shape.last().copied().unwrap_or(1);
     let mut y = Vec::new();
     for tiled in matrices {
         // Back to whole rows of blocks: [tiles, blocks, size, lanes] -> [tiles, lanes, blocks, size].
@@ -43,9 +45,10 @@ pub(super) fn packed_matvec(ggml: GgmlType, matrices: &[&Value], x: &Value) -> R
             }
         };
         let Buffer::F32(w) = dequantize(ggml, &raw)? else { unreachable!("dequantize yields f32") };
-        y.extend(
-            w.chunks(x.len()).map(|row| row.iter().zip(x).map(|(&w, &x)| w as f64 * x as f64).sum::<f64>() as f32),
-        );
+        for x in xs.chunks(width) {
+            let dot = |row: &[f32]| row.iter().zip(x).map(|(&w, &x)| w as f64 * x as f64).sum::<f64>() as f32;
+            y.extend(w.chunks(width).map(dot));
+        }
     }
     Ok(Buffer::F32(y))
 }

@@ -331,6 +331,45 @@ mod tests {
     use crate::models::{GgufWeights, PackedPolicy};
     use crate::weights::gguf::Gguf;
 
+    /// A decode of 3 tokens streams the packed weights, 3 rows of `x` per
+    /// product but the head's, and computes what 3 one-token steps do.
+    #[test]
+    fn decode_of_several_tokens_streams_the_packed_weights() {
+        use crate::models::synth::{self, Preset, SynthData};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.gguf");
+        synth::write(&Preset::TinyLlama.config(), &path, SynthData::Seeded(0)).unwrap();
+        let gguf = Gguf::open(&path).unwrap();
+        let weights = GgufWeights::new(&gguf, PackedPolicy::Keep).unwrap();
+        let family = Family::from_gguf(&gguf).unwrap();
+        let [prompt, three] = entry_points(&family, &weights, 16, 3).unwrap().try_into().unwrap();
+        let one = entry_points(&family, &weights, 16, 1).unwrap().remove(1);
+        let rows = |g: &Graph| -> Vec<usize> {
+            let products = g.nodes().iter().filter(|n| matches!(n.op, crate::graph::Op::PackedMatvec { .. }));
+            products.map(|n| g.node(*n.operands.last().unwrap()).ty.shape[0]).collect()
+        };
+        let (rows3, rows1) = (rows(&three), rows(&one));
+        // The head runs on the last position only.
+        let (head, body) = rows3.split_last().unwrap();
+        assert!(*head == 1 && !body.is_empty() && body.iter().all(|&r| r == 3), "{rows3:?}");
+        assert_eq!((rows3.len(), rows1.iter().all(|&r| r == 1)), (rows1.len(), true));
+
+        let start = crate::interp::run(&prompt, &[token_ids(&[1, 2])], &weights).unwrap();
+        let at = |graph: &Graph, ids: &[u32], position: i32, state: &[Value]| {
+            let inputs = [token_ids(ids), scalar_i32(position), state[1].clone(), state[2].clone()];
+            crate::interp::run(graph, &inputs, &weights).unwrap()
+        };
+        let together = at(&three, &[5, 9, 3], 2, &start);
+        let mut stepped = start;
+        for (i, &id) in [5, 9, 3].iter().enumerate() {
+            stepped = at(&one, &[id], 2 + i as i32, &stepped);
+        }
+        for (a, b) in together.iter().zip(&stepped) {
+            let worst = a.to_f64_vec().iter().zip(b.to_f64_vec()).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+            assert!(worst <= 1e-5, "{}: {worst}", a.ty);
+        }
+    }
+
     /// The real checkpoints trace with one param per tensor (the tied head
     /// is `token_embd.weight`), the tokens their only input.
     #[test]

@@ -760,7 +760,8 @@ mod tests {
     /// the CPU dequantizer and an f64 dot: every bit of every field is
     /// random, so a misread bit or field shows (MXFP4's scales within
     /// [`mxfp4_rows`]' bounds). Every other type streams two matrices in one
-    /// product.
+    /// product, and x has 1, 2 or 3 rows by turns (a step of that many
+    /// tokens).
     #[test]
     fn packed_matvec_matches_the_cpu_dequantizer_and_dot() {
         const ROWS: usize = 21; // not a whole number of the lowering's 16-row tiles
@@ -785,7 +786,7 @@ mod tests {
                 );
                 raws.push((format!("w{i}_{m}"), dtype, raw));
             }
-            let x = t.input(&format!("x{i}"), TensorType::new([1, 512], DType::F32)).unwrap();
+            let x = t.input(&format!("x{i}"), TensorType::new([1 + i % 3, 512], DType::F32)).unwrap();
             outs.push(packed_matvec(&matrices.iter().collect::<Vec<_>>(), ty, &x).unwrap());
             let seed = 0x51 + i as u64;
             let x = Value::random(&x.ty, seed, 0..1);
@@ -828,7 +829,8 @@ mod tests {
             v.chunks(ROWS.next_multiple_of(PACKED_LANES)).flat_map(|r| r[..ROWS].to_vec()).collect()
         };
         for (i, &ty) in TYPES.iter().enumerate() {
-            let x = xs[i].to_f64_vec();
+            let xs = xs[i].to_f64_vec();
+            let columns = xs.len() / 512;
             let got_iree = rows(npy::read(&out_paths[i]).unwrap().to_f64_vec());
             let got_interp = rows(interp_out[i].to_f64_vec());
             let raw: Vec<&[u8]> =
@@ -849,22 +851,29 @@ mod tests {
                 }
                 _ => w.clone(),
             };
-            for (r, (row, row_iree)) in w.chunks(512).zip(w_iree.chunks(512)).enumerate() {
-                let dot = |row: &[f32]| -> (f64, f64) {
-                    let terms = row.iter().zip(&x).map(|(&w, x)| w as f64 * x);
-                    (terms.clone().sum(), terms.map(f64::abs).sum())
-                };
-                let ((want, scale), (want_iree, scale_iree)) = (dot(row), dot(row_iree));
-                let checks = [
-                    ("IREE", got_iree[r], want_iree, scale_iree, 1e-5),
-                    ("interpreter", got_interp[r], want, scale, 1e-7),
-                ];
-                for (who, got, want, scale, tol) in checks {
-                    if (got - want).abs() > tol * scale.max(f64::MIN_POSITIVE) {
-                        failures.push(format!("{ty} row {r} {who}: {got} vs {want} (scale {scale})"));
+            // Output rows are matrix-major, then x's rows.
+            let (w, w_iree) = (w.chunks(ROWS * 512), w_iree.chunks(ROWS * 512));
+            let outputs = w.zip(w_iree).flat_map(|pair| xs.chunks(512).map(move |x| (pair, x)));
+            for (o, ((w, w_iree), x)) in outputs.enumerate() {
+                for (r, (row, row_iree)) in w.chunks(512).zip(w_iree.chunks(512)).enumerate() {
+                    let dot = |row: &[f32]| -> (f64, f64) {
+                        let terms = row.iter().zip(x).map(|(&w, x)| w as f64 * x);
+                        (terms.clone().sum(), terms.map(f64::abs).sum())
+                    };
+                    let ((want, scale), (want_iree, scale_iree)) = (dot(row), dot(row_iree));
+                    let at = o * ROWS + r;
+                    let checks = [
+                        ("IREE", got_iree[at], want_iree, scale_iree, 1e-5),
+                        ("interpreter", got_interp[at], want, scale, 1e-7),
+                    ];
+                    for (who, got, want, scale, tol) in checks {
+                        if (got - want).abs() > tol * scale.max(f64::MIN_POSITIVE) {
+                            failures.push(format!("{ty} output {o} row {r} {who}: {got} vs {want} (scale {scale})"));
+                        }
                     }
                 }
             }
+            assert_eq!(got_iree.len(), (1 + i % 2) * columns * ROWS, "{ty}: rows of every matrix and column");
         }
         assert!(failures.is_empty(), "{failures:#?}");
     }

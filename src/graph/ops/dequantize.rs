@@ -8,7 +8,7 @@
 //! [`crate::trace::dequant::decompose`], and the interpreter runs the CPU
 //! dequantizer it is bit-exact with.
 
-use crate::graph::{DType, ShapeError, TensorType};
+use crate::graph::{DType, ShapeError, TensorType, DYNAMIC};
 use crate::weights::ggml::GgmlType;
 
 const OP: &str = "dequantize";
@@ -123,9 +123,10 @@ pub fn packed_byte_positions(ggml: GgmlType, size: usize) -> Vec<usize> {
     position
 }
 
-/// `[n, tiles · lanes]` f32 for `n` matrices `raws`, each tiled blocks
-/// `[tiles, blocks, type_size, lanes]` `i8`/`ui8` of one shape, and `x` `[1,
-/// blocks * block_size]` f32.
+/// `[n · c, tiles · lanes]` f32 for `n` matrices `raws`, each tiled blocks
+/// `[tiles, blocks, type_size, lanes]` `i8`/`ui8` of one shape, and `x` `[c,
+/// blocks * block_size]` f32 (static `c`): row `i · c + j` is matrix `i`
+/// times row `j` of `x`.
 pub fn infer_packed_matvec(ggml: GgmlType, raws: &[&TensorType], x: &TensorType) -> Result<TensorType, ShapeError> {
     const OP: &str = "packed_matvec";
     if !supported(ggml) {
@@ -176,10 +177,12 @@ pub fn infer_packed_matvec(ggml: GgmlType, raws: &[&TensorType], x: &TensorType)
         ));
     }
     let k = blocks * ggml.block_size();
-    if x.dtype != DType::F32 || x.shape[..] != [1, k] {
-        return Err(ShapeError::new(OP, "kiln", format!("{ggml}: {raw} needs x as tensor<1x{k}xf32>, found {x}")));
+    match x.shape[..] {
+        [columns, width] if x.dtype == DType::F32 && columns != DYNAMIC && columns > 0 && width == k => {
+            Ok(TensorType::new([raws.len() * columns, tiles * lanes], DType::F32))
+        }
+        _ => Err(ShapeError::new(OP, "kiln", format!("{ggml}: {raw} needs x as tensor<Nx{k}xf32>, found {x}"))),
     }
-    Ok(TensorType::new([raws.len(), tiles * lanes], DType::F32))
 }
 
 #[cfg(test)]
