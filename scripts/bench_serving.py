@@ -347,7 +347,7 @@ class Build:
     """One export of a model at one capacity, compiled (or why not)."""
 
     export: Path
-    compile_s: float = 0.0
+    compile_s: float | None = None  # None: an earlier compile reused (--reuse-compiled)
     compile_mb: float = 0.0
     cache_bytes: int = 0
     dispatches: int | None = None
@@ -430,11 +430,17 @@ def decode_dispatches(export, timeout):
 
 def build(model, capacity, args):
     b = Build(args.work / f"serve-{model.name}-{capacity}")
+    module, vmfb = b.export / "model.mlir", b.export / "model.vmfb"
+    before = module.read_bytes() if args.reuse_compiled and module.exists() and vmfb.exists() else None
     try:
         start = time.perf_counter()
         timed([KILN, "export", model.path, "-o", b.export, "--packed", "keep", "--max-context", capacity,
                "--kv-dtype", "f16"],
               args.compile_timeout)
+        if before is not None and before == module.read_bytes():
+            log(f"{model.name}@{capacity}: exported the module {vmfb} was compiled from; not compiled again")
+            b.cache_bytes = cache_bytes(json.loads((b.export / "manifest.json").read_text()))
+            return b
         b.cache_bytes = cache_bytes(json.loads((b.export / "manifest.json").read_text()))
         log(f"{model.name}@{capacity}: exported in {time.perf_counter() - start:.1f} s, KV cache "
             f"{b.cache_bytes / 1e6:.1f} MB; compiling")
@@ -608,7 +614,12 @@ def report(rows, models, figs, args):
     for row in rows:
         b, f = row.build, figs[row.key]
         targets = [t for t in TARGETS if (t.model, t.capacity, t.prompt) == (row.model, row.capacity, row.prompt)]
-        compile_ = f"{b.compile_s:.0f} s {b.compile_mb:.0f} MB" if b and b.error is None else "FAILED"
+        if not b or b.error is not None:
+            compile_ = "FAILED"
+        elif b.compile_s is None:
+            compile_ = "reused"
+        else:
+            compile_ = f"{b.compile_s:.0f} s {b.compile_mb:.0f} MB"
         kv = f"{b.cache_bytes / 1e6:.1f}" if b and b.cache_bytes else "-"
         num = lambda key, fmt: format(f[key], fmt) if key in f else "-"  # noqa: E731
         prefill = f"{row.prompt / f['ttft']:.1f}" if "ttft" in f else "-"
@@ -678,6 +689,9 @@ def main():
     parser.add_argument("--row", action="append", metavar="MODEL@CAPACITY:PROMPT[,PROMPT...]",
                         help=f"rows to run (default: {' '.join(DEFAULT_ROWS)})")
     parser.add_argument("--rounds", type=int, default=3, help="most rounds per row")
+    parser.add_argument("--reuse-compiled", action="store_true",
+                        help="keep an export's model.vmfb where the export writes the same model.mlir again "
+                             "(no compile figures then)")
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--row-budget", type=float, default=240, help="no round starts that would end past this (s)")
     parser.add_argument("--row-timeout", type=float, default=600, help="a row still running after this is cut (s)")
