@@ -150,7 +150,7 @@ fn interpreter_steps(name: &str, kv_dtype: DType, diff: impl FnMut(&[f64], usize
             let ids: Vec<u32> = inputs[0].to_f64_vec().iter().map(|&id| id as u32).collect();
             serving.prefill_reference(&params, &ids).unwrap()
         }
-        _ => crate::interp::run(&serving.decode, inputs, &params).unwrap(),
+        _ => serving.decode_reference(&params, inputs).unwrap(),
     };
     steps(name, &mut call, diff)
 }

@@ -73,7 +73,7 @@ pub(super) fn weight_product(lhs: &TensorType, dims: &DotDimensions, ty: &Tensor
 /// `linalg.generic` contraction that
 /// carries IREE's data-tiling hint (`iree.opt.data_tiling`): a function
 /// holding any hinted op has only those data-tiled, so the hint keeps these
-/// products tiled where `decode`'s untiled mark is inlined (a stepped
+/// products tiled where the decode step's untiled mark is inlined (a stepped
 /// `prefill`, `generate`), and, where nothing else is hinted, changes
 /// nothing (IREE tiles every contraction then).
 pub(super) fn lower_weight_product<'c, 'a>(

@@ -32,16 +32,14 @@ pub struct GreedyLoop<'g> {
     /// caches...)`, the prompt's graph; `None` where every prompt is
     /// prefilled by decode steps (`stepped_prefill` at least `max_context`).
     pub prefill: Option<&'g Graph>,
-    /// `decode(tokens: tensor<1x1xi32>, position: tensor<i32>, caches...) ->
-    /// (logits: tensor<1x1xVxf32>, caches...)`
-    pub decode: &'g Graph,
     /// `fill(tokens: tensor<1x1xi32>, position: tensor<i32>, caches...) ->
-    /// (hidden: tensor<1x1xHxf32>, caches...)`: `decode` without its head,
-    /// what the stepped `prefill` runs for each token of the prompt.
+    /// (hidden: tensor<1x1xHxf32>, caches...)`: a decode step without its
+    /// head, what the stepped `prefill` runs for each token of the prompt.
     pub fill: &'g Graph,
     /// `(hidden: tensor<1x1xHxf32>) -> logits: tensor<1x1xVxf32>`: the
-    /// head, run once after the prompt's `fill` steps. Gemma 3n E2B's is
-    /// 40 of a 126 ms step (Q6_K, 262144 x 2048).
+    /// head, run once after the prompt's `fill` steps (Gemma 3n E2B's is
+    /// 40 of a 126 ms step: Q6_K, 262144 x 2048). The public `decode` is
+    /// `head` after `fill` (`lower_decode`).
     pub head: &'g Graph,
     /// `(logits: tensor<1x1xVxf32>, index: tensor<i32>) -> tensor<1x1xi32>`
     pub pick: &'g Graph,
@@ -69,7 +67,7 @@ pub const STEPPED_PREFILL: usize = 32;
 impl<'g> GreedyLoop<'g> {
     /// Every graph the module holds, the model's first.
     pub fn graphs(&self) -> Vec<&'g Graph> {
-        self.prefill.into_iter().chain([self.decode, self.fill, self.head, self.pick]).collect()
+        self.prefill.into_iter().chain([self.fill, self.head, self.pick]).collect()
     }
 
     /// Whether `prefill` runs prompts as steps (`lower_prefill`).
@@ -80,13 +78,14 @@ impl<'g> GreedyLoop<'g> {
     /// What `prefill` and `decode` return: the logits `[1, 1, V]` and the
     /// caches.
     fn state_types(&self) -> Vec<TensorType> {
-        self.decode.outputs().iter().map(|&v| self.decode.node(v).ty.clone()).collect()
+        let types = |g: &Graph| g.outputs().iter().map(|&v| g.node(v).ty.clone()).collect::<Vec<_>>();
+        types(self.head).into_iter().chain(types(self.fill).into_iter().skip(1)).collect()
     }
 
     /// `decode`'s caches, `[input, output]`: cache `i` is input `2 + i` and
     /// output `1 + i`.
-    pub fn decode_in_place(&self) -> Vec<[usize; 2]> {
-        (2..self.decode.inputs().len()).map(|input| [input, input - 1]).collect()
+    fn decode_in_place(&self) -> Vec<[usize; 2]> {
+        (2..self.fill.inputs().len()).map(|input| [input, input - 1]).collect()
     }
 }
 
@@ -169,7 +168,7 @@ pub(super) fn lower_generate(
             let position = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), after, one, loc))?;
             let mut inputs = vec![arg(1), position];
             inputs.extend((0..caches).map(|c| arg(2 + c)));
-            let decoded = call(&e, spec.decode, &inputs);
+            let decoded = e.call("decode", &inputs, &state_tys.iter().map(t).collect::<Vec<_>>());
             let token = call(&e, spec.pick, &[decoded[0], zero])[0];
             let out = e.emit(stablehlo::dynamic_update_slice(ctx, t(&out_ty), arg(out_at), token, &[zero, i], loc))?;
             let next = e.emit(stablehlo::add(ctx, t(&i32_scalar), i, one, loc))?;
@@ -317,6 +316,34 @@ fn lower_generate_stepped(session: &Session, scope: &Scope<'_, '_>, spec: &Greed
     Ok(())
 }
 
+/// Appends the public `func @decode`, `head` after `fill` (untiled,
+/// `FunctionKind::Untiled`), its caches in place (`iree.abi.output`):
+///
+/// ```text
+/// func @decode(%token: tensor<1x1xi32>, %position: tensor<i32>, %caches...) -> (logits, caches...)
+///   hidden, caches = call @fill(token, position, caches)
+///   return call @head(hidden), caches
+/// ```
+pub(super) fn lower_decode(session: &Session, scope: &Scope<'_, '_>, spec: &GreedyLoop<'_>) -> Result<(), LowerError> {
+    let ctx = session.context();
+    let loc = Location::name(ctx, "decode", Location::unknown(ctx));
+    let t = |ty: &TensorType| tensor_type(ctx, ty);
+    let inputs: Vec<Type> = spec.fill.inputs().iter().map(|&v| t(&spec.fill.node(v).ty)).collect();
+    let state_types: Vec<Type> = spec.state_types().iter().map(t).collect();
+    let block = Block::new(&inputs.iter().map(|&ty| (ty, loc)).collect::<Vec<_>>());
+    {
+        let function = Function::without_inputs();
+        let e = Emitter { session, scope, block: &block, function: &function, node: "decode", op: "decode" };
+        let args: Vec<Value> = (0..inputs.len()).map(|i| block.argument(i).expect("one per input").into()).collect();
+        let mut state = call(&e, spec.fill, &args);
+        state[0] = call(&e, spec.head, &[state[0]])[0];
+        block.append_operation(func::r#return(&state, loc));
+    }
+    let function_type = FunctionType::new(ctx, &inputs, &state_types);
+    session.append_function(scope, "decode", function_type, block, FunctionKind::Public, &spec.decode_in_place());
+    Ok(())
+}
+
 /// The private function of the prompt's graph (`GreedyLoop::prefill`).
 pub(super) const PREFILL_PROMPT: &str = "prefill_prompt";
 
@@ -341,7 +368,7 @@ pub(super) const PREFILL_PROMPT: &str = "prefill_prompt";
 /// value its body never reads (the hidden state, replaced at each step), so
 /// the body reads it in a select whose predicate never holds. The prompt is
 /// read from above (no `?`-sized value is carried). `fill` is marked
-/// untiled as `decode` is (`FunctionKind::PrivateUntiled`); the prompt
+/// untiled (`FunctionKind::Untiled`); the prompt
 /// graph's products with the weights carry the data-tiling hint themselves
 /// and stay tiled (`dot_general::lower_weight_product`). A data-tiled
 /// decode step fails to compile (its attention products over the filled

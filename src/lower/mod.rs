@@ -221,17 +221,17 @@ impl Session {
                 }
                 (None, _) => {}
             }
+            self.lower_function(scope, spec.fill, FunctionKind::Untiled, &[])?;
+            self.lower_function(scope, spec.head, FunctionKind::Private, &[])?;
             // The caller's caches are decode's output storage: without it,
             // IREE writes new caches every step (2 x 94 MB for SmolLM2 at
             // 4096 positions), which took a step from 32 to 285 ms.
-            self.lower_function(scope, spec.decode, FunctionKind::PublicUntiled, &spec.decode_in_place())?;
+            generate::lower_decode(self, scope, spec)?;
             self.lower_function(scope, spec.pick, FunctionKind::Private, &[])?;
-            // After `decode`: with the stepped `prefill` (which calls it)
-            // first, iree-compile 3.13's stream conversion fails ("failed to
-            // legalize unresolved target materialization").
+            // After `decode`: with the stepped `prefill` first, iree-compile
+            // 3.13's stream conversion failed ("failed to legalize unresolved
+            // target materialization").
             if spec.steps_prompts() {
-                self.lower_function(scope, spec.fill, FunctionKind::PrivateUntiled, &[])?;
-                self.lower_function(scope, spec.head, FunctionKind::Private, &[])?;
                 generate::lower_prefill(self, scope, spec)?;
             }
             generate::lower_generate(self, scope, spec)
@@ -337,7 +337,7 @@ impl Session {
             for (i, &v) in graph.inputs().iter().enumerate() {
                 values[v.0] = Some(block.argument(i).expect("one block argument per graph input").into());
             }
-            if matches!(kind, FunctionKind::PublicUntiled | FunctionKind::PrivateUntiled) {
+            if kind == FunctionKind::Untiled {
                 let first = graph.inputs().first().ok_or_else(|| LowerError::Node {
                     node: graph.name.clone(),
                     op: "func.func",
@@ -375,7 +375,7 @@ impl Session {
                     }
                 }
                 // A prompt's rows times a weight stays data-tiled wherever
-                // decode's untiled mark is inlined.
+                // a decode step's untiled mark is inlined.
                 if let Op::DotGeneral(dims) = &node.op {
                     if graph.weight_root(node.operands[1]).is_some() {
                         if let Some(k) = dot_general::weight_product(operand_types[0], dims, &node.ty) {
@@ -423,8 +423,8 @@ impl Session {
         let loc = Location::name(ctx, name, Location::unknown(ctx));
         let private = (Identifier::new(ctx, "sym_visibility"), StringAttribute::new(ctx, "private").into());
         let mut attributes = match kind {
-            FunctionKind::Public | FunctionKind::PublicUntiled => vec![],
-            FunctionKind::Private | FunctionKind::PrivateUntiled => vec![private],
+            FunctionKind::Public => vec![],
+            FunctionKind::Private | FunctionKind::Untiled => vec![private],
         };
         if !in_place.is_empty() {
             let index = Type::index(ctx);
@@ -486,19 +486,16 @@ fn mark_untiled<'c, 'a>(
 enum FunctionKind {
     /// `func.func @name`, an entry point.
     Public,
-    /// An entry point whose contractions iree-compile does not data-tile: a
-    /// decode step's are matrix-vector products, and data tiling re-lays out
-    /// their operands at every call (the weights too, as kiln compiles
-    /// without const-expr hoisting). Measured on SmolLM2's decode: Q4_1
-    /// `keep` 13.3 -> 12.2 ms, bf16 weights 51 -> 34 ms; prefill keeps it
-    /// (17% faster with it).
-    PublicUntiled,
     /// `func.func private @name`, inlined where called.
     Private,
-    /// A private function marked as [`FunctionKind::PublicUntiled`]: a
-    /// decode step inlined into a function that may have nothing else to
-    /// choose the data tiling by.
-    PrivateUntiled,
+    /// A private function whose contractions iree-compile does not
+    /// data-tile, nor any other unhinted one of a function it is inlined
+    /// into (`mark_untiled`): a decode step's are matrix-vector products,
+    /// and data tiling re-lays out their operands at every call (the
+    /// weights too, as kiln compiles without const-expr hoisting). Measured
+    /// on SmolLM2's decode: Q4_1 `keep` 13.3 -> 12.2 ms, bf16 weights 51 ->
+    /// 34 ms; prefill keeps it (17% faster with it).
+    Untiled,
 }
 
 /// A public function of a module, with its argument and result types as

@@ -501,26 +501,33 @@ mod tests {
     }
 
     #[test]
-    fn one_row_linear_streams_the_blocks_and_agrees_with_dequantize_then_dot() {
-        let fused = linear_graph(1, true);
+    fn few_rows_linear_streams_the_blocks_and_agrees_with_dequantize_then_dot() {
         let count = |g: &Graph, f: fn(&Op) -> bool| g.nodes().iter().filter(|n| f(&n.op)).count();
-        assert_eq!(count(&fused, |op| matches!(op, Op::PackedMatvec { .. })), CASES.len(), "one row: packed_matvec");
-        assert_eq!(count(&fused, |op| matches!(op, Op::Dequantize { .. } | Op::DotGeneral(_))), 0);
-        assert_eq!(dot_generals(&linear_graph(2, true)), CASES.len(), "two rows: dequantize, then dot_general");
+        for rows in [1, STREAMED_ROWS] {
+            let fused = linear_graph(rows, true);
+            assert_eq!(count(&fused, |op| matches!(op, Op::PackedMatvec { .. })), CASES.len(), "{rows} rows");
+            assert_eq!(count(&fused, |op| matches!(op, Op::Dequantize { .. } | Op::DotGeneral(_))), 0);
+        }
+        let more = linear_graph(STREAMED_ROWS + 1, true);
+        assert_eq!(dot_generals(&more), CASES.len(), "more rows: dequantize, then dot_general");
 
         let dir = tempfile::tempdir().unwrap();
+        let fused = linear_graph(1, true);
         let params_path = dir.path().join("params.safetensors");
         check::write_random_params(&fused, &params_path, 7).unwrap();
         let params = SafeTensors::open(&params_path).unwrap();
-        let inputs = check::random_inputs(&fused, 7, 0);
-        let got = interp::run(&fused, &inputs, &params).unwrap();
-        let want = interp::run(&linear_graph(1, false), &inputs, &params).unwrap();
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert_eq!(g.ty, w.ty);
-            let (g, w) = (g.to_f64_vec(), w.to_f64_vec());
-            let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-            let diff = g.iter().zip(&w).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-            assert!(diff <= 1e-5 * scale.max(1.0), "{:?}: {diff} (scale {scale})", CASES[i]);
+        for rows in [1, 3] {
+            let fused = linear_graph(rows, true);
+            let inputs = check::random_inputs(&fused, 7, 0);
+            let got = interp::run(&fused, &inputs, &params).unwrap();
+            let want = interp::run(&linear_graph(rows, false), &inputs, &params).unwrap();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g.ty, w.ty);
+                let (g, w) = (g.to_f64_vec(), w.to_f64_vec());
+                let scale = w.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+                let diff = g.iter().zip(&w).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+                assert!(diff <= 1e-5 * scale.max(1.0), "{:?}, {rows} rows: {diff} (scale {scale})", CASES[i]);
+            }
         }
 
         let options = CheckOptions { rtol: 1e-4, atol: 1e-4, ..CheckOptions::default() };

@@ -1043,7 +1043,7 @@ mod tests {
         let serving = Serving::new(&Family::new(c), &weights, 64).unwrap();
         let prefill = serving.prefill.as_ref().expect("a prompt graph");
         assert_eq!(prefill.params().count(), gguf.tensors().len() - 10 * 3);
-        for (graph, rows) in [(prefill, DYNAMIC), (&serving.decode, 1)] {
+        for (graph, rows) in [(prefill, DYNAMIC), (&serving.fill, 1)] {
             let table = graph.params().find(|(_, name, _)| *name == "per_layer_token_embd.weight").unwrap().0;
             let dequantized: Vec<&Node> = graph
                 .nodes()
@@ -1062,7 +1062,7 @@ mod tests {
             // Prefill's largest is the tied head, dequantized for the product.
             assert!(largest <= 262_144 * 2048, "{largest} elements");
         }
-        let keys = &serving.decode.node(serving.decode.outputs()[1]).ty;
+        let keys = &serving.fill.node(serving.fill.outputs()[1]).ty;
         assert_eq!(keys, &TensorType::new([20, 2, 64, 256], DType::F32), "a cache for the layers that compute KV");
     }
 
