@@ -368,11 +368,11 @@ pub(super) const PREFILL_PROMPT: &str = "prefill_prompt";
 /// value its body never reads (the hidden state, replaced at each step), so
 /// the body reads it in a select whose predicate never holds. The prompt is
 /// read from above (no `?`-sized value is carried). `fill` is marked
-/// untiled (`FunctionKind::Untiled`); the prompt
-/// graph's products with the weights carry the data-tiling hint themselves
-/// and stay tiled (`dot_general::lower_weight_product`). A data-tiled
-/// decode step fails to compile (its attention products over the filled
-/// positions, `?`, need unbounded stack).
+/// untiled (`FunctionKind::Untiled`); the prompt graph's products with the
+/// weights carry the data-tiling hint themselves and stay tiled
+/// (`dot_general::lower_weight_product`). A data-tiled decode step fails
+/// to compile (its attention products over the filled positions, `?`,
+/// need unbounded stack).
 pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &GreedyLoop<'_>) -> Result<(), LowerError> {
     let ctx = session.context();
     let loc = Location::name(ctx, "prefill", Location::unknown(ctx));
