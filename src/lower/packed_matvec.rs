@@ -563,8 +563,8 @@ impl<'b, 'c> Body<'b, '_, 'c, '_> {
 struct Group<'c, 'b> {
     scale: Option<Value<'c, 'b>>,
     min: Option<Value<'c, 'b>>,
-    /// `Σ q·x` for each column of `x`.
-    sums: Vec<Option<Value<'c, 'b>>>,
+    /// `Σ q·x` for each column of `x`, from the first value on.
+    sums: Vec<Value<'c, 'b>>,
     /// The block indices of the group's values, which are contiguous.
     first: usize,
     count: usize,
@@ -580,11 +580,13 @@ impl<'c, 'b> Group<'c, 'b> {
     /// live for a few instructions only (column by column, 4 columns spilled
     /// the values between them and took 3.75x one column's time).
     fn push(&mut self, b: &mut Body<'b, '_, 'c, '_>, q: Value<'c, 'b>, j: usize) -> Result<(), LowerError> {
-        self.sums.resize(b.operands.columns, None);
-        for (column, sum) in self.sums.iter_mut().enumerate() {
+        for column in 0..b.operands.columns {
             let x = b.arg(Input::X(column, j))?;
             let p = b.mul(q, x);
-            *sum = Some(sum.map_or(p, |s| b.add(s, p)));
+            match self.sums.get_mut(column) {
+                Some(sum) => *sum = b.add(*sum, p),
+                None => self.sums.push(p),
+            }
         }
         self.first = self.first.min(j);
         self.count += 1;
@@ -593,9 +595,10 @@ impl<'c, 'b> Group<'c, 'b> {
 
     /// Adds `scale · Σ q·x + min · Σ x` to the block's total of each column.
     fn add_to(self, b: &mut Body<'b, '_, 'c, '_>, totals: &mut Totals<'c, 'b>) -> Result<(), LowerError> {
-        totals.resize(self.sums.len(), None);
+        if self.sums.is_empty() {
+            return Err(b.operands.e.error("packed_matvec: a group with no values"));
+        }
         for (column, (sum, total)) in self.sums.into_iter().zip(totals.iter_mut()).enumerate() {
-            let sum = sum.ok_or_else(|| b.operands.e.error("packed_matvec: a group with no values"))?;
             let sum = self.scale.map_or(sum, |d| b.mul(d, sum));
             let sum = match self.min {
                 Some(m) => {
@@ -610,8 +613,8 @@ impl<'c, 'b> Group<'c, 'b> {
     }
 }
 
-/// A block's sum for each column of `x`, each group added as soon as its
-/// last value is.
+/// A block's sum for each column of `x` (`None` before its first group),
+/// each group added as soon as its last value is.
 type Totals<'c, 'b> = Vec<Option<Value<'c, 'b>>>;
 
 /// `Σ w·x` over one row's block for each column of x, its values decoded as ggml's CPU
@@ -630,7 +633,7 @@ fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Vec<Va
         let c = b.float_const(-offset);
         b.mul(scale, c)
     };
-    let mut total = Totals::new();
+    let mut total: Totals = vec![None; b.operands.columns];
     match ggml {
         // block_q8_0 { d; qs[32] }: d * qs.
         T::Q8_0 => {
@@ -844,9 +847,5 @@ fn decode<'b, 'c>(b: &mut Body<'b, '_, 'c, '_>, ggml: GgmlType) -> Result<Vec<Va
         }
         other => return Err(b.operands.e.error(format!("packed_matvec: no block decoder for {other}"))),
     }
-    let no_values = || b.operands.e.error("packed_matvec: a block with no values");
-    match total[..] {
-        [] => Err(no_values()),
-        _ => total.into_iter().map(|t| t.ok_or_else(no_values)).collect(),
-    }
+    total.into_iter().map(|t| t.ok_or_else(|| b.operands.e.error("packed_matvec: a block with no values"))).collect()
 }
