@@ -78,8 +78,7 @@ impl<'g> GreedyLoop<'g> {
     /// What `prefill` and `decode` return: the logits `[1, 1, V]` and the
     /// caches.
     fn state_types(&self) -> Vec<TensorType> {
-        let types = |g: &Graph| g.outputs().iter().map(|&v| g.node(v).ty.clone()).collect::<Vec<_>>();
-        types(self.head).into_iter().chain(types(self.fill).into_iter().skip(1)).collect()
+        output_types(self.head).into_iter().chain(output_types(self.fill).into_iter().skip(1)).collect()
     }
 
     /// `decode`'s caches, `[input, output]`: cache `i` is input `2 + i` and
@@ -381,7 +380,7 @@ pub(super) fn lower_prefill(session: &Session, scope: &Scope<'_, '_>, spec: &Gre
     let t = |ty: &TensorType| tensor_type(ctx, ty);
     let state_tys = spec.state_types();
     let state_types: Vec<Type> = state_tys.iter().map(t).collect();
-    let fill_tys: Vec<TensorType> = spec.fill.outputs().iter().map(|&v| spec.fill.node(v).ty.clone()).collect();
+    let fill_tys = output_types(spec.fill);
     let fill_types: Vec<Type> = fill_tys.iter().map(t).collect();
 
     let block = Block::new(&[(t(&prompt_ty), loc)]);
@@ -524,8 +523,13 @@ fn call<'c, 'a>(e: &Emitter<'c, 'a>, graph: &Graph, inputs: &[Value<'c, 'a>]) ->
 
 /// `call @symbol(inputs)` of a function lowered from `graph` under `symbol`.
 fn call_as<'c, 'a>(e: &Emitter<'c, 'a>, symbol: &str, graph: &Graph, inputs: &[Value<'c, 'a>]) -> Vec<Value<'c, 'a>> {
-    let results: Vec<Type> = graph.outputs().iter().map(|&v| tensor_type(e.ctx(), &graph.node(v).ty)).collect();
+    let results: Vec<Type> = output_types(graph).iter().map(|ty| tensor_type(e.ctx(), ty)).collect();
     e.call(symbol, inputs, &results)
+}
+
+/// The types `graph` returns.
+fn output_types(graph: &Graph) -> Vec<TensorType> {
+    graph.outputs().iter().map(|&v| graph.node(v).ty.clone()).collect()
 }
 
 /// `lhs direction rhs`, a `tensor<i1>`.
