@@ -695,7 +695,8 @@ def main():
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--row-budget", type=float, default=240, help="no round starts that would end past this (s)")
     parser.add_argument("--row-timeout", type=float, default=600, help="a row still running after this is cut (s)")
-    parser.add_argument("--compile-timeout", type=float, default=900, help="per export and per compile (s)")
+    # The Gemma 3n E2B shape's module compiles in about 32 min on a 2-core machine.
+    parser.add_argument("--compile-timeout", type=float, default=3600, help="per export and per compile (s)")
     parser.add_argument("--generate-max-prompt", type=int, default=16,
                         help="also time kiln's `generate` on prompts up to this long")
     parser.add_argument("--dispatches-at", type=lambda v: [int(c) for c in v.split(",") if c], default=[128],

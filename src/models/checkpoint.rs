@@ -455,9 +455,9 @@ fn packed_products<'t>(weights: &[&Weight<'t>], ty: GgmlType, x: &Tensor<'t>) ->
     // Rows past `out` fill the last tile.
     match (weights.len(), y.ty.shape[1] == out) {
         (1, true) => Ok(vec![y.reshape(&shape)?]),
-        (n, _) => (0..n)
-            .map(|i| Ok(y.slice(&[i * rows, 0], &[(i + 1) * rows, out], &[1, 1])?.reshape(&shape)?))
-            .collect(),
+        (n, _) => {
+            (0..n).map(|i| Ok(y.slice(&[i * rows, 0], &[(i + 1) * rows, out], &[1, 1])?.reshape(&shape)?)).collect()
+        }
     }
 }
 

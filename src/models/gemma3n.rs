@@ -824,12 +824,7 @@ impl<'t> Decoder<'t> for Gemma3n<'t> {
         (ty.clone(), ty)
     }
 
-    fn hidden(
-        &self,
-        tokens: &Tensor<'t>,
-        at: Span<'_, 't>,
-        mut cache: Option<&mut KvCache<'t>>,
-    ) -> Result<Tensor<'t>> {
+    fn hidden(&self, tokens: &Tensor<'t>, at: Span<'_, 't>, mut cache: Option<&mut KvCache<'t>>) -> Result<Tensor<'t>> {
         let c = &self.config;
         let global = Positional::neox(c.rope, c.dims.head_dim, &at, None)?;
         let local = Positional::neox(c.local_rope, c.dims.head_dim, &at, Some(c.sliding_window))?;

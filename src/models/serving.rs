@@ -261,11 +261,7 @@ impl Serving {
     }
 
     /// `fill`'s `(hidden, caches...)` as `(logits, caches...)`.
-    fn head_of(
-        &self,
-        params: &dyn ParamSource,
-        mut state: Vec<Value>,
-    ) -> std::result::Result<Vec<Value>, InterpError> {
+    fn head_of(&self, params: &dyn ParamSource, mut state: Vec<Value>) -> std::result::Result<Vec<Value>, InterpError> {
         let hidden = state.remove(0);
         state.splice(0..0, crate::interp::run(&self.head, &[hidden], params)?);
         Ok(state)
