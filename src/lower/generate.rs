@@ -1,13 +1,23 @@
 //! The `generate` entry point: greedy decoding inside the module, so one
-//! `iree-run-module` call turns a prompt into its continuation
-//! ([`lower_generate`]), and the public `prefill` and `decode` around the
-//! model's graphs ([`lower_prefill`], [`lower_decode`]).
+//! `iree-run-module` call turns a prompt into its continuation.
 //!
-//! The loops are `stablehlo.while`s whose carried values are all read by
-//! their bodies (iree-compile 3.13's stream conversion crashes on one that
-//! is not); the prompt, whose length is the function's `?`, is read from
-//! above. The model functions are the graphs' own; the `pick` graph (argmax
-//! at one position) is private and inlined by iree-compile.
+//! ```text
+//! func @generate(%prompt: tensor<1x?xi32>, %n_new: tensor<i32>) -> tensor<1xMAXxi32>
+//!   logits, caches = call @prefill(prompt)                  // the last position's
+//!   token = call @pick(logits, 0)                           // the first new token
+//!   n = clamp(0, n_new, min(MAX, MAX - len(prompt) + 1))    // what the cache has room for
+//!   out = [token, -1, -1, ...]
+//!   while i < n:                                            // i from 1
+//!     logits, caches = call @decode(token, len(prompt) + i - 1, caches)
+//!     token = call @pick(logits, 0)
+//!     out[i] = token
+//! ```
+//!
+//! The loop is a `stablehlo.while` over `(i, token, caches..., out, n,
+//! len)`: everything the body reads is loop-carried, nothing is captured.
+//! The model functions are the graphs' own; the `pick` graph (argmax at
+//! one position) is private and inlined by iree-compile.
+
 use super::dialects::stablehlo;
 use super::{tensor_type, Emitter, Function, FunctionKind, LowerError, Scope, Session};
 use crate::graph::{ComparisonDirection, DType, Graph, TensorType};
@@ -78,37 +88,126 @@ impl<'g> GreedyLoop<'g> {
     }
 }
 
-/// Appends `func @generate`: one loop of decode steps that reads the
-/// prompt's tokens, then its own picks, after the prompt's graph where the
-/// prompt is longer than `stepped_prefill` (with no prompt graph, every
-/// prompt is steps):
-///
-/// ```text
-/// n = clamp(0, n_new, MAX - len(prompt) + 1)           // what the cache has room for
-/// steps = len(prompt) - 1 + max(n, 1)
-/// i, token, caches, out = len(prompt) > stepped_prefill
-///     ? (len(prompt), t, prefill_prompt's caches, [t, -1, ...])  where t = pick(prefill_prompt's logits)
-///     : (0, prompt[0], empty caches, [-1, ...])
-/// while i < steps:
-///   hidden, caches = call @fill(token, i, caches)
-///   new = i >= len(prompt) - 1
-///   picked = call @pick(call @head(hidden), 0)        // with no prompt graph, only where new
-///   out[i - len(prompt) + 1] = picked   where new
-///   token = i + 1 < len(prompt) ? prompt[i + 1] : picked
-/// ```
-///
-/// One inlined copy of decode's step. Calling the stepped `prefill` instead
-/// of stepping here, then a loop of `decode`s, took SmolLM2's compile from
-/// 100-110 to 158 s (a second inlined copy of the step); with its loop
-/// nested in this one IREE 3.13 miscompiled (wrong tokens from a tiny
-/// llama). A short prompt does not run the prompt's graph, which
-/// dequantizes every packed weight at each call: SmolLM2's first token of
-/// a 5-token prompt 141-165 -> 48-64 ms.
+/// Appends `func @generate` to `module`, which holds the loop's functions.
 pub(super) fn lower_generate(
     session: &Session,
     scope: &Scope<'_, '_>,
     spec: &GreedyLoop<'_>,
 ) -> Result<(), LowerError> {
+    if spec.prefill.is_none() {
+        return lower_generate_stepped(session, scope, spec);
+    }
+    let ctx = session.context();
+    let loc = Location::name(ctx, "generate", Location::unknown(ctx));
+    let i32_scalar = TensorType::new([], DType::I32);
+    let token_ty = TensorType::new([1, 1], DType::I32);
+    let out_ty = TensorType::new([1, spec.max_context], DType::I32);
+    let prompt_ty = prompt_type();
+    let state_tys = spec.state_types();
+    let cache_tys = &state_tys[1..];
+    let t = |ty: &TensorType| tensor_type(ctx, ty);
+
+    let block = Block::new(&[(t(&prompt_ty), loc), (t(&i32_scalar), loc)]);
+    {
+        let prompt: Value = block.argument(0).expect("generate has two arguments").into();
+        let n_new: Value = block.argument(1).expect("generate has two arguments").into();
+        let function = Function::without_inputs();
+        let e = Emitter { session, scope, block: &block, function: &function, node: "generate", op: "generate" };
+        let int = |v: i64| e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, v), loc));
+        let (zero, one) = (int(0)?, int(1)?);
+
+        // The prompt's graph where there is one, not the stepped `prefill`:
+        // its loop would be one more inlined copy of decode, compiled again
+        // (SmolLM2 with `--stepped-prefill 32`: 63 -> 194 s with it).
+        let prefill = match spec.prefill {
+            Some(graph) if spec.stepped_prefill > 0 => call_as(&e, PREFILL_PROMPT, graph, &[prompt]),
+            Some(graph) => call(&e, graph, &[prompt]),
+            None => e.call("prefill", &[prompt], &state_tys.iter().map(t).collect::<Vec<_>>()),
+        };
+        let dim = IntegerAttribute::new(IntegerType::new(ctx, 64).into(), 1);
+        let len = e.emit(stablehlo::get_dimension_size(ctx, t(&i32_scalar), prompt, dim.into(), loc))?;
+        let last = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), len, one, loc))?;
+        let token = call(&e, spec.pick, &[prefill[0], zero])[0];
+
+        let max = int(spec.max_context as i64)?;
+        let room = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), max, last, loc))?;
+        let n = e.emit(stablehlo::clamp(ctx, t(&i32_scalar), zero, n_new, room, loc))?;
+        let minus_one = e.emit(stablehlo::constant(ctx, t(&out_ty), splat_i32(&e, &out_ty, -1)?, loc))?;
+        let out = e.emit(stablehlo::dynamic_update_slice(ctx, t(&out_ty), minus_one, token, &[zero, zero], loc))?;
+
+        // Loop-carried: i, token, caches..., out, n, len.
+        let mut carried = vec![one, token];
+        carried.extend(&prefill[1..]);
+        carried.extend([out, n, len]);
+        let mut carried_tys = vec![i32_scalar.clone(), token_ty.clone()];
+        carried_tys.extend(cache_tys.iter().cloned());
+        carried_tys.extend([out_ty.clone(), i32_scalar.clone(), i32_scalar.clone()]);
+        let caches = cache_tys.len();
+        let (out_at, n_at, len_at) = (2 + caches, 3 + caches, 4 + caches);
+        let block_args: Vec<(Type, Location)> = carried_tys.iter().map(|ty| (t(ty), loc)).collect();
+
+        let (cond_region, body_region) = (Region::new(), Region::new());
+        let cond = cond_region.append_block(Block::new(&block_args));
+        {
+            let e = Emitter { block: &cond, function: &function, ..e };
+            let arg = |i: usize| -> Value { cond.argument(i).expect("one argument per carried value").into() };
+            let more = compare(&e, arg(0), arg(n_at), ComparisonDirection::Lt)?;
+            cond.append_operation(stablehlo::r#return(ctx, &[more], loc).into());
+        }
+
+        let body = body_region.append_block(Block::new(&block_args));
+        {
+            let e = Emitter { block: &body, function: &function, ..e };
+            let arg = |i: usize| -> Value { body.argument(i).expect("one argument per carried value").into() };
+            let i = arg(0);
+            let one = e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, 1), loc))?;
+            let zero = e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, 0), loc))?;
+            // The previous token sits at len + i - 1.
+            let after = e.emit(stablehlo::add(ctx, t(&i32_scalar), arg(len_at), i, loc))?;
+            let position = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), after, one, loc))?;
+            let mut inputs = vec![arg(1), position];
+            inputs.extend((0..caches).map(|c| arg(2 + c)));
+            let decoded = e.call("decode", &inputs, &state_tys.iter().map(t).collect::<Vec<_>>());
+            let token = call(&e, spec.pick, &[decoded[0], zero])[0];
+            let out = e.emit(stablehlo::dynamic_update_slice(ctx, t(&out_ty), arg(out_at), token, &[zero, i], loc))?;
+            let next = e.emit(stablehlo::add(ctx, t(&i32_scalar), i, one, loc))?;
+            let mut yielded = vec![next, token];
+            yielded.extend(&decoded[1..]);
+            yielded.extend([out, arg(n_at), arg(len_at)]);
+            body.append_operation(stablehlo::r#return(ctx, &yielded, loc).into());
+        }
+
+        let result_types: Vec<Type> = carried_tys.iter().map(t).collect();
+        let op = block
+            .append_operation(stablehlo::r#while(ctx, &result_types, &carried, cond_region, body_region, loc).into());
+        let out: Value =
+            op.result(out_at).map_err(|err| e.error(format!("while has no result {out_at}: {err}")))?.into();
+        block.append_operation(func::r#return(&[out], loc));
+    }
+    let function_type = FunctionType::new(ctx, &[t(&prompt_ty), t(&i32_scalar)], &[t(&out_ty)]);
+    session.append_function(scope, "generate", function_type, block, FunctionKind::Public, &[]);
+    Ok(())
+}
+
+/// `generate` without a prompt graph: one loop of decode steps that reads
+/// the prompt's tokens, then its own picks (the same tokens as [`lower_generate`]):
+///
+/// ```text
+/// n = clamp(0, n_new, MAX - len(prompt) + 1)
+/// caches = empty; token = prompt[0]; out = [-1, ...]
+/// while i < len(prompt) - 1 + max(n, 1):              // i from 0
+///   hidden, caches = call @fill(token, i, caches)
+///   new = i >= len(prompt) - 1
+///   picked = new ? call @pick(call @head(hidden), 0) : 0
+///   out[i - len(prompt) + 1] = picked   where new
+///   token = i + 1 < len(prompt) ? prompt[i + 1] : picked
+/// ```
+///
+/// One inlined copy of decode's step (`fill`, its head apart: the prompt's
+/// tokens but the last need no logits), where calling the stepped `prefill`
+/// would nest its loop in this one (which IREE 3.13 miscompiled: wrong
+/// tokens from a tiny llama).
+fn lower_generate_stepped(session: &Session, scope: &Scope<'_, '_>, spec: &GreedyLoop<'_>) -> Result<(), LowerError> {
     let ctx = session.context();
     let loc = Location::name(ctx, "generate", Location::unknown(ctx));
     let i32_scalar = TensorType::new([], DType::I32);
@@ -119,22 +218,7 @@ pub(super) fn lower_generate(
     let caches = state_tys.len() - 1;
     let t = |ty: &TensorType| tensor_type(ctx, ty);
 
-    // Loop-carried: i, token, caches..., out, steps, len.
-    let mut carried_tys = vec![i32_scalar.clone(), token_ty.clone()];
-    carried_tys.extend(state_tys[1..].iter().cloned());
-    carried_tys.extend([out_ty.clone(), i32_scalar.clone(), i32_scalar.clone()]);
-    let (out_at, steps_at, len_at) = (2 + caches, 3 + caches, 4 + caches);
-    let start_types: Vec<Type> = carried_tys[..steps_at].iter().map(t).collect();
-
     let block = Block::new(&[(t(&prompt_ty), loc), (t(&i32_scalar), loc)]);
-    // The branches of the start and of the pick (their blocks must outlive
-    // the emitters that fill them).
-    let (whole_region, steps_region) = (Region::new(), Region::new());
-    let whole = whole_region.append_block(Block::new(&[]));
-    let stepped = steps_region.append_block(Block::new(&[]));
-    let (pick_region, none_region) = (Region::new(), Region::new());
-    let pick = pick_region.append_block(Block::new(&[]));
-    let none = none_region.append_block(Block::new(&[]));
     {
         let prompt: Value = block.argument(0).expect("generate has two arguments").into();
         let n_new: Value = block.argument(1).expect("generate has two arguments").into();
@@ -149,29 +233,18 @@ pub(super) fn lower_generate(
         let n = e.emit(stablehlo::clamp(ctx, t(&i32_scalar), zero, n_new, room, loc))?;
         let at_least_one = e.emit(stablehlo::maximum(ctx, t(&i32_scalar), n, one, loc))?;
         let steps = e.emit(stablehlo::add(ctx, t(&i32_scalar), last, at_least_one, loc))?;
+        let out = e.emit(stablehlo::constant(ctx, t(&out_ty), splat_i32(&e, &out_ty, -1)?, loc))?;
+        let first =
+            e.emit(stablehlo::dynamic_slice(ctx, t(&token_ty), prompt, &[zero, zero], e.i64_array(&[1, 1]), loc))?;
 
-        let mut carried = match spec.prefill {
-            None => from_first(&e, prompt, &state_tys, &out_ty)?,
-            // Every prompt through the prompt's graph, the public `prefill`.
-            Some(graph) if spec.stepped_prefill == 0 => after_prompt(&e, &graph.name, spec, prompt, len, &out_ty)?,
-            Some(_) => {
-                {
-                    let e = Emitter { block: &whole, function: &function, ..e };
-                    let start = after_prompt(&e, PREFILL_PROMPT, spec, prompt, len, &out_ty)?;
-                    whole.append_operation(stablehlo::r#return(ctx, &start, loc).into());
-                }
-                {
-                    let e = Emitter { block: &stepped, function: &function, ..e };
-                    let start = from_first(&e, prompt, &state_tys, &out_ty)?;
-                    stepped.append_operation(stablehlo::r#return(ctx, &start, loc).into());
-                }
-                let long = compare(&e, len, int(spec.stepped_prefill as i64)?, ComparisonDirection::Gt)?;
-                let start = block
-                    .append_operation(stablehlo::r#if(ctx, &start_types, long, whole_region, steps_region, loc).into());
-                (0..steps_at).map(|i| start.result(i).expect("one result per type").into()).collect()
-            }
-        };
-        carried.extend([steps, len]);
+        // Loop-carried: i, token, caches..., out, steps, len.
+        let mut carried = vec![zero, first];
+        carried.extend(empty_state(&e, &state_tys)?.into_iter().skip(1));
+        carried.extend([out, steps, len]);
+        let mut carried_tys = vec![i32_scalar.clone(), token_ty.clone()];
+        carried_tys.extend(state_tys[1..].iter().cloned());
+        carried_tys.extend([out_ty.clone(), i32_scalar.clone(), i32_scalar.clone()]);
+        let (out_at, steps_at, len_at) = (2 + caches, 3 + caches, 4 + caches);
         let block_args: Vec<(Type, Location)> = carried_tys.iter().map(|ty| (t(ty), loc)).collect();
 
         let (cond_region, body_region) = (Region::new(), Region::new());
@@ -183,6 +256,11 @@ pub(super) fn lower_generate(
             cond.append_operation(stablehlo::r#return(ctx, &[more], loc).into());
         }
         let body = body_region.append_block(Block::new(&block_args));
+        // The branches of the pick (their blocks must outlive the emitters
+        // that fill them).
+        let (pick_region, none_region) = (Region::new(), Region::new());
+        let pick = pick_region.append_block(Block::new(&[]));
+        let none = none_region.append_block(Block::new(&[]));
         {
             let e = Emitter { block: &body, function: &function, ..e };
             let arg = |i: usize| -> Value { body.argument(i).expect("one argument per carried value").into() };
@@ -195,28 +273,21 @@ pub(super) fn lower_generate(
             // The new tokens start at the prompt's last position.
             let first_new = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), len, one, loc))?;
             let new = compare(&e, i, first_new, ComparisonDirection::Ge)?;
-            let picked = if spec.prefill.is_some() {
-                // At every step: an `if` costs a wait on the host at each
-                // token (SmolLM2: 14-16 ms a token against 11-13.6), and the
-                // heads of prompt steps are at most `stepped_prefill`.
-                head_and_pick(&e, spec, filled[0])?
-            } else {
-                // Only where it picks: every prompt is steps here, and a
-                // mixture's head is a large share of its step (gpt-oss: 0.62).
-                {
-                    let e = Emitter { block: &pick, function: &function, ..e };
-                    let picked = head_and_pick(&e, spec, filled[0])?;
-                    pick.append_operation(stablehlo::r#return(ctx, &[picked], loc).into());
-                }
-                {
-                    let e = Emitter { block: &none, function: &function, ..e };
-                    let token = e.emit(stablehlo::constant(ctx, t(&token_ty), splat_i32(&e, &token_ty, 0)?, loc))?;
-                    none.append_operation(stablehlo::r#return(ctx, &[token], loc).into());
-                }
-                let picked = body
-                    .append_operation(stablehlo::r#if(ctx, &[t(&token_ty)], new, pick_region, none_region, loc).into());
-                picked.result(0).expect("one result").into()
-            };
+            {
+                let e = Emitter { block: &pick, function: &function, ..e };
+                let zero = e.emit(stablehlo::constant(ctx, t(&i32_scalar), scalar_i32(&e, 0), loc))?;
+                let logits = call(&e, spec.head, &[filled[0]])[0];
+                let picked = call(&e, spec.pick, &[logits, zero]);
+                pick.append_operation(stablehlo::r#return(ctx, &picked, loc).into());
+            }
+            {
+                let e = Emitter { block: &none, function: &function, ..e };
+                let token = e.emit(stablehlo::constant(ctx, t(&token_ty), splat_i32(&e, &token_ty, 0)?, loc))?;
+                none.append_operation(stablehlo::r#return(ctx, &[token], loc).into());
+            }
+            let picked =
+                body.append_operation(stablehlo::r#if(ctx, &[t(&token_ty)], new, pick_region, none_region, loc).into());
+            let picked: Value = picked.result(0).expect("one result").into();
             let next = e.emit(stablehlo::add(ctx, t(&i32_scalar), i, one, loc))?;
             let at = e.emit(stablehlo::subtract(ctx, t(&i32_scalar), i, first_new, loc))?;
             let written =
@@ -241,64 +312,6 @@ pub(super) fn lower_generate(
     let function_type = FunctionType::new(ctx, &[t(&prompt_ty), t(&i32_scalar)], &[t(&out_ty)]);
     session.append_function(scope, "generate", function_type, block, FunctionKind::Public, &[]);
     Ok(())
-}
-
-/// The token `hidden`'s logits pick: `call @pick(call @head(hidden), 0)`.
-fn head_and_pick<'c, 'a>(
-    e: &Emitter<'c, 'a>,
-    spec: &GreedyLoop<'_>,
-    hidden: Value<'c, 'a>,
-) -> Result<Value<'c, 'a>, LowerError> {
-    let (ctx, loc) = (e.ctx(), e.loc());
-    let zero =
-        e.emit(stablehlo::constant(ctx, tensor_type(ctx, &TensorType::new([], DType::I32)), scalar_i32(e, 0), loc))?;
-    let logits = call(e, spec.head, &[hidden])[0];
-    Ok(call(e, spec.pick, &[logits, zero])[0])
-}
-
-/// Where `generate`'s steps start after the prompt's graph (lowered as
-/// `symbol`): (the prompt's length, its pick, the graph's caches, that pick
-/// out).
-fn after_prompt<'c, 'a>(
-    e: &Emitter<'c, 'a>,
-    symbol: &str,
-    spec: &GreedyLoop<'_>,
-    prompt: Value<'c, 'a>,
-    len: Value<'c, 'a>,
-    out_ty: &TensorType,
-) -> Result<Vec<Value<'c, 'a>>, LowerError> {
-    let (ctx, loc) = (e.ctx(), e.loc());
-    let graph = spec.prefill.expect("a module with a prompt graph");
-    let zero =
-        e.emit(stablehlo::constant(ctx, tensor_type(ctx, &TensorType::new([], DType::I32)), scalar_i32(e, 0), loc))?;
-    let state = call_as(e, symbol, graph, &[prompt]);
-    let token = call(e, spec.pick, &[state[0], zero])[0];
-    let minus_one = e.emit(stablehlo::constant(ctx, tensor_type(ctx, out_ty), splat_i32(e, out_ty, -1)?, loc))?;
-    let out =
-        e.emit(stablehlo::dynamic_update_slice(ctx, tensor_type(ctx, out_ty), minus_one, token, &[zero, zero], loc))?;
-    let mut start = vec![len, token];
-    start.extend(&state[1..]);
-    start.push(out);
-    Ok(start)
-}
-
-/// Where `generate`'s steps start without the prompt's graph: (0, the
-/// prompt's first token, empty caches, no tokens out).
-fn from_first<'c, 'a>(
-    e: &Emitter<'c, 'a>,
-    prompt: Value<'c, 'a>,
-    state_tys: &[TensorType],
-    out_ty: &TensorType,
-) -> Result<Vec<Value<'c, 'a>>, LowerError> {
-    let (ctx, loc) = (e.ctx(), e.loc());
-    let zero =
-        e.emit(stablehlo::constant(ctx, tensor_type(ctx, &TensorType::new([], DType::I32)), scalar_i32(e, 0), loc))?;
-    let token_ty = tensor_type(ctx, &TensorType::new([1, 1], DType::I32));
-    let first = e.emit(stablehlo::dynamic_slice(ctx, token_ty, prompt, &[zero, zero], e.i64_array(&[1, 1]), loc))?;
-    let mut start = vec![zero, first];
-    start.extend(empty_state(e, state_tys)?.into_iter().skip(1));
-    start.push(e.emit(stablehlo::constant(ctx, tensor_type(ctx, out_ty), splat_i32(e, out_ty, -1)?, loc))?);
-    Ok(start)
 }
 
 /// Appends the public `func @decode`, `head` after `fill` (untiled,
