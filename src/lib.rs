@@ -33,3 +33,12 @@ pub fn peak_rss() -> Option<u64> {
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
+
+/// The largest `|a - b|` of two equally long runs of values, for tests; a
+/// NaN on either side is an infinite difference (`f64::max` would drop it,
+/// and NaN logits would pass any tolerance).
+#[cfg(test)]
+pub(crate) fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "compared runs differ in length");
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).map(|d| if d.is_nan() { f64::INFINITY } else { d }).fold(0.0, f64::max)
+}

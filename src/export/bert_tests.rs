@@ -39,7 +39,7 @@ fn cosine(a: &[f32], b: &[f64]) -> f64 {
 }
 
 fn max_abs_diff(a: &[f32], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| (*x as f64 - y).abs()).fold(0.0, f64::max)
+    crate::max_abs_diff(&a.iter().map(|&x| x as f64).collect::<Vec<_>>(), b)
 }
 
 /// Every vector within `tolerance` of transformers' (and at cosine

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::interp::{ParamSource, Value};
+use crate::max_abs_diff;
 use crate::models::testing::{gemma3_path, smollm2_path};
 use std::collections::HashSet;
 use std::sync::OnceLock;
@@ -50,11 +51,6 @@ pub(super) fn run(dir: &Path, function: &str, inputs: &[Value], outputs: usize) 
     let vmfb = dir.join(Manifest::VMFB);
     Iree::for_tests().run(&vmfb, function, &input_paths, &bindings, &output_paths).unwrap();
     output_paths.iter().map(|p| npy::read(p).unwrap()).collect()
-}
-
-pub(super) fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
 }
 
 fn argmax_rows(logits: &[f64], vocab: usize) -> Vec<usize> {

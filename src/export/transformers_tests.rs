@@ -12,9 +12,10 @@
 //! config; these do not, so a config read wrong (a rope theta left at its
 //! default, a norm read as `w` instead of `1 + w`) fails here.
 
-use super::tests::{export_and_compile, max_abs_diff, run};
+use super::tests::{export_and_compile, run};
 use super::*;
 use crate::interp::Value;
+use crate::max_abs_diff;
 use crate::models::{scalar_i32, token_ids};
 use crate::weights::safetensors::StDType;
 use std::time::Instant;

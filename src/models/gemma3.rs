@@ -489,7 +489,7 @@ mod tests {
         let bytes = std::fs::read(&reference).unwrap();
         let numpy: Vec<f64> =
             bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64).collect();
-        let diff = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        let diff = crate::max_abs_diff;
         assert_eq!(numpy.len(), logits.len());
         let numpy_diff = diff(&logits, &numpy);
         eprintln!("max |interpreter - numpy| over all positions: {numpy_diff:e}");
@@ -611,7 +611,7 @@ mod tests {
                 let inputs = [tokens(&[id]), crate::models::scalar_i32(pos as i32), keys, values];
                 out = interp::run(&decode_fn, &inputs, &weights).unwrap();
                 let want = &full[pos * vocab..(pos + 1) * vocab];
-                let diff = out[0].to_f64_vec().iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+                let diff = crate::max_abs_diff(&out[0].to_f64_vec(), want);
                 assert!(diff <= 1e-5, "window {window}, position {pos}: {diff}");
             }
         }

@@ -870,6 +870,7 @@ mod tests {
     use super::*;
     use crate::graph::{DType, Graph, Node, Op, ValueId, DYNAMIC};
     use crate::interp;
+    use crate::max_abs_diff;
     use crate::models::hf::{HfCheckpoint, SafetensorsWeights};
     use crate::models::synth::{self, Preset, SynthData};
     use crate::models::{token_ids, Family, GgufWeights, PackedPolicy, Serving};
@@ -883,11 +884,6 @@ mod tests {
     }
 
     const PROMPT: [u32; 12] = [1, 7, 3, 12, 5, 9, 2, 14, 6, 11, 4, 13];
-
-    fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
-        assert_eq!(a.len(), b.len());
-        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
-    }
 
     /// The interpreter's logits at every position of the checkpoint (the
     /// no-cache prefill), against transformers'.

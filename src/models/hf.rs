@@ -712,6 +712,7 @@ mod tests {
     use crate::graph::Graph;
     use crate::interp;
     use crate::lower::{lower_to_string, LowerOptions};
+    use crate::max_abs_diff;
     use crate::models::testing::{block_matrices, smollm2_path, Fill};
     use crate::models::{Family, GgufWeights, PackedPolicy};
     use crate::tokenizer::Tokenizer;
@@ -834,11 +835,6 @@ mod tests {
     fn tokens(ids: &[u32]) -> Value {
         let bytes: Vec<u8> = ids.iter().flat_map(|&id| (id as i32).to_le_bytes()).collect();
         Value::from_le_bytes(&TensorType::new([1, ids.len()], DType::I32), &bytes).unwrap()
-    }
-
-    fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
-        assert_eq!(a.len(), b.len());
-        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
     }
 
     fn argmax_rows(logits: &[f64], vocab: usize) -> Vec<usize> {

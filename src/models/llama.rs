@@ -499,6 +499,7 @@ mod tests {
     use crate::graph::{DType, Graph, DYNAMIC};
     use crate::interp::{self, Value};
     use crate::lower::{lower_to_string, LowerOptions};
+    use crate::max_abs_diff;
     use crate::models::testing::{block_matrices, gguf_bytes, smollm2_path, Fill, Meta};
     use crate::models::{scalar_i32, token_ids, Family, GgufWeights, PackedPolicy};
     use crate::trace::nn::RopeScaling;
@@ -676,11 +677,6 @@ mod tests {
         assert!(e.contains("has ggml type I32, which graphs cannot load") && !e.contains("--packed"), "{e}");
     }
 
-    fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
-        assert_eq!(a.len(), b.len());
-        a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
-    }
-
     #[test]
     fn prefill_then_decode_matches_one_prefill() {
         let gguf = Gguf::parse(tiny("llama", false, &[])).unwrap();
@@ -732,7 +728,7 @@ mod tests {
         // And one dynamic-length graph gives the static graph's logits.
         assert_eq!(logits(&keep(&gguf), DYNAMIC), kept);
         let bf16 = logits(&GgufWeights::new(&gguf, PackedPolicy::Dequantize(DType::BF16)).unwrap(), 4);
-        let max_diff = kept.iter().zip(&bf16).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        let max_diff = max_abs_diff(&kept, &bf16);
         assert!(max_diff > 0.0 && max_diff < 0.1, "bf16 weights round: {max_diff}");
     }
 

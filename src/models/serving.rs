@@ -380,7 +380,7 @@ mod tests {
             stepped = at(&one, &[id], 2 + i as i32, &stepped);
         }
         for (a, b) in together.iter().zip(&stepped) {
-            let worst = a.to_f64_vec().iter().zip(b.to_f64_vec()).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+            let worst = crate::max_abs_diff(&a.to_f64_vec(), &b.to_f64_vec());
             assert!(worst <= 1e-5, "{}: {worst}", a.ty);
         }
     }

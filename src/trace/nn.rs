@@ -1274,7 +1274,7 @@ mod tests {
         let g = t.finish(&[&sin, &cos]).unwrap();
         let got = run(&g, &[val(&format!("tensor<{}xf32>", thetas.len()), thetas.clone())], &[]);
         let worst = |got: &[f64], f: fn(f64) -> f64| {
-            got.iter().zip(&thetas).map(|(g, &th)| (g - f(th.into())).abs()).fold(0.0, f64::max)
+            crate::max_abs_diff(got, &thetas.iter().map(|&th| f(th.into())).collect::<Vec<_>>())
         };
         let (ws, wc) = (worst(&got[0], f64::sin), worst(&got[1], f64::cos));
         assert!(ws < 1.5e-7 && wc < 1.5e-7, "max error: sin {ws:e}, cos {wc:e}");
