@@ -127,12 +127,14 @@ set(KILN_IREE_COMPILE_FLAGS
   "--iree-opt-level=O3"
   "--iree-opt-data-tiling"
   "--iree-opt-const-expr-hoisting=false"
+  "--iree-opt-const-eval=false"
   CACHE STRING "iree-compile flags of kiln_compile for TARGET host, before its FLAGS (a ;-list)")
 # Keep in step with GPU_COMPILE_FLAGS in src/iree.rs (a unit test checks).
 set(KILN_IREE_GPU_COMPILE_FLAGS
   "--iree-input-type=stablehlo"
   "--iree-opt-level=O3"
   "--iree-opt-const-expr-hoisting=false"
+  "--iree-opt-const-eval=false"
   CACHE STRING "iree-compile flags of kiln_compile for GPU targets, before the device's and FLAGS (a ;-list)")
 set(KILN_TARGET "host" CACHE STRING "kiln_compile's TARGET by default: host, rocm:<arch>, cuda:<arch>, vulkan:<target>")
 set(_KILN_HOST_TUNING_SPEC "${CMAKE_CURRENT_LIST_DIR}/kiln-host-tuning.mlir")

@@ -695,7 +695,7 @@ def main():
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--row-budget", type=float, default=240, help="no round starts that would end past this (s)")
     parser.add_argument("--row-timeout", type=float, default=600, help="a row still running after this is cut (s)")
-    # The Gemma 3n E2B shape's module compiles in about 32 min on a 2-core machine.
+    # The Gemma 3n E2B shape's module compiles in about 11 min on a 2-core machine (33 with const-eval on).
     parser.add_argument("--compile-timeout", type=float, default=3600, help="per export and per compile (s)")
     parser.add_argument("--generate-max-prompt", type=int, default=16,
                         help="also time kiln's `generate` on prompts up to this long")

@@ -123,7 +123,7 @@ def root_items():
     for m in re.finditer(r"pub use (\w+)::\{?([\w\s,]+)\}?;", lib):
         for name in m.group(2).replace(",", " ").split():
             items[name] = m.group(1)
-    for m in re.finditer(r"pub fn (\w+)", lib):
+    for m in re.finditer(r"pub(?:\([^)]*\))? fn (\w+)", lib):
         items[m.group(1)] = "lib"
     return items
 

@@ -65,6 +65,10 @@ pub enum IreeError {
 ///   `iree-run-module`'s peak RSS from 227 MB to 728 MB and up to 1 GB for
 ///   no faster decode (one core: 61.6 vs 64.7 ms a token), and would hold
 ///   an f32 copy of every weight of an 8B model.
+/// - No const-eval: with nothing hoisted it has nothing to evaluate, but its
+///   analysis of the whole program still ran for minutes on the Gemma 3n
+///   E2B shape (1966 s -> 628 s to compile; the same vmfb, byte for byte,
+///   there and on SmolLM2).
 pub const COMPILE_FLAGS: &[&str] = &[
     "--iree-input-type=stablehlo",
     "--iree-hal-target-device=local",
@@ -73,14 +77,20 @@ pub const COMPILE_FLAGS: &[&str] = &[
     "--iree-opt-level=O3",
     "--iree-opt-data-tiling",
     "--iree-opt-const-expr-hoisting=false",
+    "--iree-opt-const-eval=false",
 ];
 
 /// [`COMPILE_FLAGS`]' counterpart for GPU targets, before the device's
 /// ([`Target::flags`]): O3 like the host; no `--iree-opt-data-tiling`, which
 /// IREE 3.13 does not finish for GPUs (it fails a one-op `x·Wᵀ` for
-/// gfx942); no const-expr hoisting, for the reason [`COMPILE_FLAGS`] gives.
-pub const GPU_COMPILE_FLAGS: &[&str] =
-    &["--iree-input-type=stablehlo", "--iree-opt-level=O3", "--iree-opt-const-expr-hoisting=false"];
+/// gfx942); no const-expr hoisting nor const-eval, for the reasons
+/// [`COMPILE_FLAGS`] gives.
+pub const GPU_COMPILE_FLAGS: &[&str] = &[
+    "--iree-input-type=stablehlo",
+    "--iree-opt-level=O3",
+    "--iree-opt-const-expr-hoisting=false",
+    "--iree-opt-const-eval=false",
+];
 
 /// The spec `iree-compile` applies for [`Target::Host`]
 /// (`--iree-codegen-tuning-spec-path`): llvm-cpu's configs for the ops the

@@ -34,11 +34,28 @@ pub fn peak_rss() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// The largest `|a - b|` of two equally long runs of values, for tests; a
-/// NaN on either side is an infinite difference (`f64::max` would drop it,
-/// and NaN logits would pass any tolerance).
+/// The largest `|a - b|` of two equally long runs of values, for tests:
+/// equal values (infinities too) differ by 0, and a NaN on either side is
+/// an infinite difference (`f64::max` would drop it, and NaN logits would
+/// pass any tolerance).
 #[cfg(test)]
 pub(crate) fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len(), "compared runs differ in length");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).map(|d| if d.is_nan() { f64::INFINITY } else { d }).fold(0.0, f64::max)
+    let diff = |(x, y): (&f64, &f64)| match (x - y).abs() {
+        _ if x == y => 0.0,
+        d if d.is_nan() => f64::INFINITY,
+        d => d,
+    };
+    a.iter().zip(b).map(diff).fold(0.0, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn max_abs_diff_counts_a_nan_as_infinite() {
+        assert_eq!(super::max_abs_diff(&[1.0, 2.0], &[1.5, 2.0]), 0.5);
+        assert_eq!(super::max_abs_diff(&[f64::NEG_INFINITY, 1.0], &[f64::NEG_INFINITY, 1.0]), 0.0);
+        assert_eq!(super::max_abs_diff(&[1.0, f64::NAN], &[1.0, 2.0]), f64::INFINITY);
+        assert_eq!(super::max_abs_diff(&[f64::NAN], &[f64::NAN]), f64::INFINITY);
+    }
 }
