@@ -1,11 +1,14 @@
 //! Lowers `dot_general` with its `#stablehlo.dot<...>` dimension numbers.
 
 use super::dialects::{stablehlo, tensor};
-use super::{Emitter, LowerError};
-use crate::graph::{DType, DotDimensions, TensorType, DYNAMIC};
-use melior::ir::attribute::DenseI64ArrayAttribute;
+use super::generate::compare;
+use super::{Emitter, Function, LowerError};
+use crate::graph::{ComparisonDirection, DType, DotDimensions, TensorType, DYNAMIC};
+use crate::weights::ggml::GgmlType;
+use melior::ir::attribute::{DenseElementsAttribute, DenseI64ArrayAttribute, IntegerAttribute};
 use melior::ir::operation::OperationBuilder;
-use melior::ir::{Attribute, Block, BlockLike, Identifier, Region, RegionLike, Type, Value};
+use melior::ir::r#type::IntegerType;
+use melior::ir::{Attribute, Block, BlockLike, Identifier, Location, Region, RegionLike, Type, Value, ValueLike};
 
 /// `#stablehlo.dot<...>` has no C API constructor; it is parsed through the
 /// C API from its canonical text. Empty lists are omitted, as MLIR prints them.
@@ -83,8 +86,20 @@ pub(super) fn lower_weight_product<'c, 'a>(
     rhs_contracting: usize,
     ty: &TensorType,
 ) -> Result<Value<'c, 'a>, LowerError> {
-    let ctx = e.ctx();
     let init = super::constant::lower_constant(e, 0.0, ty)?;
+    weight_product_into(e, lhs, rhs, rhs_contracting, init, ty)
+}
+
+/// [`lower_weight_product`] accumulating into `init`, zeros of `ty`.
+fn weight_product_into<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    lhs: Value<'c, 'a>,
+    rhs: Value<'c, 'a>,
+    rhs_contracting: usize,
+    init: Value<'c, 'a>,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let ctx = e.ctx();
     let rhs_map = match rhs_contracting {
         1 => "affine_map<(m, n, k) -> (n, k)>",
         _ => "affine_map<(m, n, k) -> (k, n)>",
@@ -120,6 +135,204 @@ pub(super) fn lower_weight_product<'c, 'a>(
         .build()
         .map_err(|err| e.error(format!("linalg.generic: {err}")))?;
     Ok(e.block.append_operation(generic).result(0).expect("one result").into())
+}
+
+/// The most f32 bytes of a packed weight that a prompt's product
+/// dequantizes at once ([`ChunkedWeight`]).
+const CHUNK_BYTES: usize = 4 << 20;
+
+/// A packed `[rows, cols]` weight whose product with a prompt's rows is
+/// dequantized `chunk` rows at a time ([`lower_chunked_weight_product`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ChunkedWeight {
+    pub ggml: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub chunk: usize,
+}
+
+impl ChunkedWeight {
+    /// `chunk`: the most rows, a multiple of 16 dividing `rows`, whose f32
+    /// values take at most [`CHUNK_BYTES`]. `None` where the whole weight
+    /// takes no more (one step) or no such count exists.
+    pub fn new(ggml: GgmlType, rows: usize, cols: usize) -> Option<ChunkedWeight> {
+        let most = CHUNK_BYTES / (4 * cols.max(1));
+        if rows <= most {
+            return None;
+        }
+        let chunk = (1..=most / 16).rev().map(|tiles| 16 * tiles).find(|&chunk| rows.is_multiple_of(chunk))?;
+        Some(ChunkedWeight { ggml, rows, cols, chunk })
+    }
+}
+
+/// A prompt's rows `x [?, cols]` times the transpose of a packed `[rows,
+/// cols]` weight, its blocks `raw` (`[bytes]` of `raw_dtype`, row-major: each block of
+/// `chunk` rows is a contiguous run of bytes), as a `stablehlo.while` over
+/// those blocks of rows: each step dequantizes `chunk` rows (the same
+/// private function as a whole `dequantize`) and multiplies them
+/// ([`lower_weight_product`], data-tiled) into its columns of the result.
+///
+/// The whole weight dequantized at once is an f32 copy of it per call, and
+/// IREE 3.13 runs every weight's dequantization at the start of the
+/// prompt's graph, so all of them live at once, in freshly faulted pages
+/// (Gemma 3n E2B: a 10 GB peak). A chunk stays in the cache between its
+/// dequantization and its product, and the next step reuses its buffer.
+pub(super) fn lower_chunked_weight_product<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    weight: ChunkedWeight,
+    x: Value<'c, 'a>,
+    raw: Value<'c, 'a>,
+    raw_dtype: DType,
+    ty: &TensorType,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let ChunkedWeight { ggml, rows, cols, chunk } = weight;
+    let ctx = e.ctx();
+    let loc = e.loc();
+    let index_ty = TensorType::new([], DType::I64);
+    let chunk_bytes = ggml
+        .byte_len((chunk * cols) as u64)
+        .ok_or_else(|| e.error(format!("{ggml}: {chunk} rows of {cols} values are not whole blocks")))?
+        as usize;
+    let raw_ty = TensorType::new([chunk_bytes], raw_dtype);
+    let part_ty = TensorType::new([chunk, cols], DType::F32);
+    let product_ty = TensorType::new([DYNAMIC, chunk], DType::F32);
+    let init = super::constant::lower_constant(e, 0.0, ty)?;
+    let prompt_rows = e.dynamic_index()?;
+    // Each step's product starts from zeros of the run-time size, which
+    // only the function's own block can read.
+    let product_init = super::constant::lower_constant(e, 0.0, &product_ty)?;
+    let chunks = Chunks { ggml, raw, raw_ty, part_ty, x, product_init, product_ty, prompt_rows, chunk };
+    // Software-pipelined: each step multiplies the rows the step before
+    // dequantized while it dequantizes the next, two independent dispatches
+    // that IREE runs side by side; the last rows' product follows the loop.
+    let first = chunks.dequantize(e, index_constant(e, 0)?)?;
+    let carried = [index_constant(e, 0)?, init, first];
+    let carried_types = [e.tensor_type(&index_ty), e.tensor_type(ty), e.tensor_type(&chunks.part_ty)];
+    let block_args: Vec<(Type, Location)> = carried_types.iter().map(|&ty| (ty, loc)).collect();
+
+    let (cond_region, body_region) = (Region::new(), Region::new());
+    let cond = cond_region.append_block(Block::new(&block_args));
+    let function = Function::without_inputs();
+    {
+        let e = &Emitter { block: &cond, function: &function, ..*e };
+        let i = cond.argument(0).expect("three carried values").into();
+        let more = compare(e, i, index_constant(e, rows / chunk - 1)?, ComparisonDirection::Lt)?;
+        cond.append_operation(stablehlo::r#return(ctx, &[more], loc).into());
+    }
+    let body = body_region.append_block(Block::new(&block_args));
+    {
+        let e = &Emitter { block: &body, function: &function, ..*e };
+        let arg = |n: usize| -> Value { body.argument(n).expect("three carried values").into() };
+        let next = e.emit(stablehlo::add(ctx, e.tensor_type(&index_ty), arg(0), index_constant(e, 1)?, loc))?;
+        let part = chunks.dequantize(e, next)?;
+        let out = chunks.multiply(e, arg(2), arg(0), arg(1))?;
+        body.append_operation(stablehlo::r#return(ctx, &[next, out, part], loc).into());
+    }
+    let op = stablehlo::r#while(ctx, &carried_types, &carried, cond_region, body_region, loc);
+    let op = e.block.append_operation(op.into());
+    let result = |n: usize| -> Result<Value<'c, 'a>, LowerError> {
+        Ok(op.result(n).map_err(|err| e.error(format!("while has no result {n}: {err}")))?.into())
+    };
+    chunks.multiply(e, result(2)?, result(0)?, result(1)?)
+}
+
+/// What each step of [`lower_chunked_weight_product`] reads.
+struct Chunks<'c, 'a> {
+    ggml: GgmlType,
+    /// The weight's blocks, `[bytes]`.
+    raw: Value<'c, 'a>,
+    /// One chunk's blocks and its dequantized rows.
+    raw_ty: TensorType,
+    part_ty: TensorType,
+    /// The prompt's rows, `[?, cols]`.
+    x: Value<'c, 'a>,
+    /// Zeros `[?, chunk]`, each product's start, and the `?` as an index.
+    product_init: Value<'c, 'a>,
+    product_ty: TensorType,
+    prompt_rows: Value<'c, 'a>,
+    chunk: usize,
+}
+
+impl<'c, 'a> Chunks<'c, 'a> {
+    /// Chunk `i`'s rows (a `tensor<i64>`) as f32: its blocks' bytes, a
+    /// slice of `raw`, through the private function of a whole `dequantize`
+    /// of that shape.
+    fn dequantize<'b>(&self, e: &Emitter<'c, 'b>, i: Value<'c, 'b>) -> Result<Value<'c, 'b>, LowerError>
+    where
+        'a: 'b,
+    {
+        let (ctx, loc) = (e.ctx(), e.loc());
+        let bytes = self.raw_ty.shape[0];
+        let index = e.tensor_type(&TensorType::new([], DType::I64));
+        let start = e.emit(stablehlo::multiply(ctx, index, i, index_constant(e, bytes)?, loc))?;
+        let raw_ty = e.tensor_type(&self.raw_ty);
+        let part = e.emit(stablehlo::dynamic_slice(ctx, raw_ty, self.raw, &[start], e.i64_array(&[bytes]), loc))?;
+        super::dequantize::lower_dequantize(e, self.ggml, part, &self.raw_ty, &self.part_ty)
+    }
+
+    /// `out` with chunk `i`'s columns the product of the prompt's rows and
+    /// `part`, that chunk's f32 rows.
+    fn multiply<'b>(
+        &self,
+        e: &Emitter<'c, 'b>,
+        part: Value<'c, 'b>,
+        i: Value<'c, 'b>,
+        out: Value<'c, 'b>,
+    ) -> Result<Value<'c, 'b>, LowerError>
+    where
+        'a: 'b,
+    {
+        let product = weight_product_into(e, self.x, part, 1, self.product_init, &self.product_ty)?;
+        let index = e.tensor_type(&TensorType::new([], DType::I64));
+        let column = e.emit(stablehlo::multiply(e.ctx(), index, i, index_constant(e, self.chunk)?, e.loc()))?;
+        insert_columns(e, product, out, column, self.prompt_rows, self.chunk)
+    }
+}
+
+/// `product [?, chunk]` written into `out [?, n]` from column `column` (a
+/// `tensor<i64>`), `rows` the run-time `?`: `tensor.insert_slice`, as
+/// iree-compile 3.13 cannot legalize a `stablehlo.dynamic_update_slice`
+/// with a `?` dim.
+fn insert_columns<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    product: Value<'c, 'a>,
+    out: Value<'c, 'a>,
+    column: Value<'c, 'a>,
+    rows: Value<'c, 'a>,
+    chunk: usize,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let (ctx, loc) = (e.ctx(), e.loc());
+    let build = |op: Result<melior::ir::Operation<'c>, melior::Error>| {
+        op.map_err(|err| e.error(format!("cannot build the columns' insert: {err}")))
+    };
+    let i64_type = IntegerType::new(ctx, 64).into();
+    let column = e.emit(build(
+        OperationBuilder::new("tensor.extract", loc).add_operands(&[column]).add_results(&[i64_type]).build(),
+    )?)?;
+    let column = e.emit(super::dialects::arith::index_cast(ctx, Type::index(ctx), column, loc))?;
+    let dynamic = i64::MIN;
+    let attr = |name: &str, value: Attribute<'c>| (Identifier::new(ctx, name), value);
+    let array = |values: &[i64]| DenseI64ArrayAttribute::new(ctx, values).into();
+    let insert = OperationBuilder::new("tensor.insert_slice", loc)
+        .add_operands(&[product, out, column, rows])
+        .add_results(&[out.r#type()])
+        .add_attributes(&[
+            attr("static_offsets", array(&[0, dynamic])),
+            attr("static_sizes", array(&[dynamic, chunk as i64])),
+            attr("static_strides", array(&[1, 1])),
+            attr("operandSegmentSizes", e.parse_attribute("array<i32: 1, 1, 1, 1, 0>")?),
+        ])
+        .build();
+    e.emit(build(insert)?)
+}
+
+/// `value` as a `tensor<i64>` constant: a loop's counter and offsets.
+fn index_constant<'c, 'a>(e: &Emitter<'c, 'a>, value: usize) -> Result<Value<'c, 'a>, LowerError> {
+    let ty = e.tensor_type(&TensorType::new([], DType::I64));
+    let scalar = IntegerAttribute::new(IntegerType::new(e.ctx(), 64).into(), value as i64).into();
+    let attr = DenseElementsAttribute::new(ty, &[scalar])
+        .map_err(|err| e.error(format!("cannot build index {value}: {err}")))?;
+    e.emit(stablehlo::constant(e.ctx(), ty, attr.into(), e.loc()))
 }
 
 /// A product of `x [..., ?, ..., in]` (rank >= 3, no batch dims, the last

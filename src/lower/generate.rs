@@ -532,7 +532,7 @@ fn output_types(graph: &Graph) -> Vec<TensorType> {
 }
 
 /// `lhs direction rhs`, a `tensor<i1>`.
-fn compare<'c, 'a>(
+pub(super) fn compare<'c, 'a>(
     e: &Emitter<'c, 'a>,
     lhs: Value<'c, 'a>,
     rhs: Value<'c, 'a>,

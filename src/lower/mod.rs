@@ -28,7 +28,7 @@ mod param_iree_tests;
 mod reduce;
 mod rows;
 
-use crate::graph::{DType, Graph, Op, TensorType, DYNAMIC};
+use crate::graph::{DType, Graph, Op, TensorType, ValueId, DYNAMIC};
 use dialects::{arith, stablehlo, tensor};
 use melior::dialect::{func, DialectHandle};
 use melior::ir::attribute::{
@@ -346,8 +346,10 @@ impl Session {
                 })?;
                 values[first.0] = Some(mark_untiled(ctx, &block, values[first.0].expect("set above"))?);
             }
+            let chunked = chunked_products(graph);
             for (index, node) in graph.nodes().iter().enumerate() {
-                if matches!(node.op, Op::Input) {
+                // A chunked product's weight is dequantized by its steps.
+                if matches!(node.op, Op::Input) || chunked.dequantized.contains(&index) {
                     continue;
                 }
                 let e = Emitter {
@@ -358,6 +360,16 @@ impl Session {
                     node: &node.name,
                     op: node.op.name(),
                 };
+                if let Some(&weight) = chunked.products.get(&index) {
+                    let lowered =
+                        |v: ValueId| values[v.0].ok_or_else(|| e.error("operand was not lowered before its use"));
+                    let raw = graph.node(node.operands[1]).operands[0];
+                    let raw_dtype = graph.node(raw).ty.dtype;
+                    let (x, raw) = (lowered(node.operands[0])?, lowered(raw)?);
+                    let product = dot_general::lower_chunked_weight_product(&e, weight, x, raw, raw_dtype, &node.ty)?;
+                    values[index] = Some(product);
+                    continue;
+                }
                 let mut operands = Vec::with_capacity(node.operands.len());
                 for (i, v) in node.operands.iter().enumerate() {
                     let value = values.get(v.0).copied().flatten().ok_or_else(|| {
@@ -455,6 +467,49 @@ pub(crate) struct Scope<'c, 'm> {
     /// The globals holding params tiled by rows, computed at load
     /// ([`param::load_tiled`]): symbol by param name and tiled type.
     tiled: RefCell<HashMap<(String, String), String>>,
+}
+
+/// A graph's prompt products whose packed weight is dequantized a block of
+/// rows at a time ([`dot_general::lower_chunked_weight_product`]).
+#[derive(Default)]
+struct Chunked {
+    /// By the product's node.
+    products: HashMap<usize, dot_general::ChunkedWeight>,
+    /// The `dequantize` nodes those products take, used by nothing else.
+    dequantized: HashSet<usize>,
+}
+
+/// The weight products of `graph` ([`dot_general::weight_product`], the
+/// weight's rows contracted) whose weight is a `dequantize` of a `[rows,
+/// cols]` matrix that no other node reads and that [`dot_general::ChunkedWeight`]
+/// splits.
+fn chunked_products(graph: &Graph) -> Chunked {
+    let mut users = vec![0usize; graph.nodes().len()];
+    for node in graph.nodes() {
+        for v in &node.operands {
+            users[v.0] += 1;
+        }
+    }
+    for v in graph.outputs() {
+        users[v.0] += 1;
+    }
+    let mut chunked = Chunked::default();
+    for (index, node) in graph.nodes().iter().enumerate() {
+        let Op::DotGeneral(dims) = &node.op else { continue };
+        let (x, w) = (graph.node(node.operands[0]), node.operands[1]);
+        let Op::Dequantize { ggml } = graph.node(w).op else { continue };
+        let &[rows, cols] = &graph.node(w).ty.shape[..] else { continue };
+        let raw = &graph.node(graph.node(w).operands[0]).ty;
+        let split = dot_general::weight_product(&x.ty, dims, &node.ty) == Some(1)
+            && users[w.0] == 1
+            && raw.rank() == 1
+            && graph.weight_root(w).is_some();
+        if let Some(weight) = dot_general::ChunkedWeight::new(ggml, rows, cols).filter(|_| split) {
+            chunked.products.insert(index, weight);
+            chunked.dequantized.insert(w.0);
+        }
+    }
+    chunked
 }
 
 /// `value` through a `util.optimization_barrier` carrying IREE's data-tiling

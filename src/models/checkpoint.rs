@@ -257,9 +257,10 @@ impl<'t> Weight<'t> {
     /// A packed weight times one static row of `x` (decode) is a
     /// `packed_matvec`, which streams the blocks and decodes them inside
     /// the product: no f32 copy of the weight is written and no transpose
-    /// made. More rows (prefill) or a dynamic `x` dequantize the whole
-    /// matrix once and run a matrix product, where the copy is shared by
-    /// every row.
+    /// made. More rows (prefill) or a dynamic `x` dequantize the matrix and
+    /// run a matrix product, where the f32 values are shared by every row;
+    /// the lowering dequantizes a large weight a block of rows at a time
+    /// (`lower::dot_general::lower_chunked_weight_product`).
     pub fn linear(&self, x: &Tensor<'t>) -> Result<Tensor<'t>> {
         self.matrix()?;
         match streamed_type(&[self], x) {
