@@ -196,7 +196,6 @@ pub(super) fn lower_chunked_weight_product<'c, 'a>(
     let raw_ty = TensorType::new([chunk_bytes], raw_dtype);
     let part_ty = TensorType::new([chunk, cols], DType::F32);
     let product_ty = TensorType::new([DYNAMIC, chunk], DType::F32);
-    let init = super::constant::lower_constant(e, 0.0, ty)?;
     let prompt_rows = e.dynamic_index()?;
     // Each step's product starts from zeros of the run-time size, which
     // only the function's own block can read.
@@ -205,8 +204,16 @@ pub(super) fn lower_chunked_weight_product<'c, 'a>(
     // Software-pipelined: each step multiplies the rows the step before
     // dequantized while it dequantizes the next, two independent dispatches
     // that IREE runs side by side; the last rows' product follows the loop.
+    // The result starts as the first rows' product padded to the whole
+    // width, a value of this loop's own: from a zero splat, which every
+    // loop of the same shape shares, IREE 3.13 wrote two loops' columns
+    // into one buffer.
     let first = chunks.dequantize(e, index_constant(e, 0)?)?;
-    let carried = [index_constant(e, 0)?, init, first];
+    let first = weight_product_into(e, x, first, 1, product_init, &chunks.product_ty)?;
+    let zero = super::constant::lower_constant(e, 0.0, &TensorType::new([], DType::F32))?;
+    let init = super::layout::lower_pad(e, first, zero, [&[0, 0], &[0, rows - chunk], &[0, 0]], e.tensor_type(ty))?;
+    let second = chunks.dequantize(e, index_constant(e, 1)?)?;
+    let carried = [index_constant(e, 1)?, init, second];
     let carried_types = [e.tensor_type(&index_ty), e.tensor_type(ty), e.tensor_type(&chunks.part_ty)];
     let block_args: Vec<(Type, Location)> = carried_types.iter().map(|&ty| (ty, loc)).collect();
 
