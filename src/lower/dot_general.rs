@@ -5,7 +5,7 @@ use super::generate::compare;
 use super::{Emitter, Function, LowerError};
 use crate::graph::{ComparisonDirection, DType, DotDimensions, TensorType, DYNAMIC};
 use crate::weights::ggml::GgmlType;
-use melior::ir::attribute::{DenseElementsAttribute, DenseI64ArrayAttribute, IntegerAttribute};
+use melior::ir::attribute::DenseI64ArrayAttribute;
 use melior::ir::operation::OperationBuilder;
 use melior::ir::r#type::IntegerType;
 use melior::ir::{Attribute, Block, BlockLike, Identifier, Location, Region, RegionLike, Type, Value, ValueLike};
@@ -335,11 +335,7 @@ fn insert_columns<'c, 'a>(
 
 /// `value` as a `tensor<i64>` constant: a loop's counter and offsets.
 fn index_constant<'c, 'a>(e: &Emitter<'c, 'a>, value: usize) -> Result<Value<'c, 'a>, LowerError> {
-    let ty = e.tensor_type(&TensorType::new([], DType::I64));
-    let scalar = IntegerAttribute::new(IntegerType::new(e.ctx(), 64).into(), value as i64).into();
-    let attr = DenseElementsAttribute::new(ty, &[scalar])
-        .map_err(|err| e.error(format!("cannot build index {value}: {err}")))?;
-    e.emit(stablehlo::constant(e.ctx(), ty, attr.into(), e.loc()))
+    super::constant::lower_constant(e, value as f64, &TensorType::new([], DType::I64))
 }
 
 /// A product of `x [..., ?, ..., in]` (rank >= 3, no batch dims, the last
