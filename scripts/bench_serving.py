@@ -736,6 +736,14 @@ def main():
     if unknown:
         sys.exit(f"bench_serving: no model named {', '.join(unknown)}: give NAME=MODEL.gguf or use a synth preset "
                  f"({', '.join(SYNTH_PRESETS)})")
+    # The llama.cpp workers run in this interpreter: without its packages every row would fail
+    # after its export compiled.
+    try:
+        import llama_cpp  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError as error:
+        sys.exit(f"bench_serving: {sys.executable} cannot import {error.name}: run it with "
+                 f"build/bench-venv/bin/python after scripts/bench-venv.sh (`make bench` does both)")
     args.work.mkdir(parents=True, exist_ok=True)
     log(f"rows: {' '.join(r.key for r in rows)}; load average {os.getloadavg()[0]:.1f}")
 
