@@ -33,6 +33,31 @@ pub(super) fn lower_dequantize<'c, 'a>(
     Ok(e.call(&callee, &[raw], &[e.tensor_type(ty)])[0])
 }
 
+/// [`lower_dequantize`] plus `after`, a `tensor<f32>` zero computed from
+/// another value, which the decoding waits for
+/// ([`dequant::decompose_after`]; `@dequantize_after_...`).
+pub(super) fn lower_dequantize_after<'c, 'a>(
+    e: &Emitter<'c, 'a>,
+    ggml: GgmlType,
+    raw: Value<'c, 'a>,
+    raw_ty: &TensorType,
+    ty: &TensorType,
+    after: Value<'c, 'a>,
+) -> Result<Value<'c, 'a>, LowerError> {
+    let callee = ggml_callee("dequantize_after", ggml, raw_ty, &ty.shape);
+    if e.scope.callees.borrow_mut().insert(callee.clone()) {
+        let t = Tracer::new(&callee);
+        let body = t
+            .input("raw", raw_ty.clone())
+            .and_then(|raw| Ok((raw, t.input("after", TensorType::new([], DType::F32))?)))
+            .and_then(|(raw, after)| dequant::decompose_after(&raw, ggml, &ty.shape, &after))
+            .and_then(|y| t.finish(&[&y]))
+            .map_err(|err| e.error(format!("cannot build @{callee}: {err}")))?;
+        e.session.lower_function(e.scope, &body, FunctionKind::Private, &[])?;
+    }
+    Ok(e.call(&callee, &[raw, after], &[e.tensor_type(ty)])[0])
+}
+
 /// `dequantize_q4_k_4096x14336`, with `_ui8` for unsigned raw bytes and `d`
 /// for a `?` dim.
 fn callee_name(ggml: GgmlType, raw_ty: &TensorType, ty: &TensorType) -> String {

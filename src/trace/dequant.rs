@@ -96,6 +96,21 @@ pub fn block_dims(ty: GgmlType) -> &'static [usize] {
 /// [`dequantize`] in StableHLO ops, for `raw` and `shape` that its shape
 /// rule admits.
 pub fn decompose<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result<Tensor<'t>> {
+    block_values(raw, ty)?.reshape(shape)
+}
+
+/// [`decompose`] plus `after`, a `tensor<f32>` zero computed from another
+/// value, added to every value where the blocks' values are made: one
+/// elementwise computation that cannot start before `after`'s. (Added after
+/// the final reshape, it is a dispatch of its own, and the decoding can
+/// still run first.)
+pub fn decompose_after<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize], after: &Tensor<'t>) -> Result<Tensor<'t>> {
+    let values = block_values(raw, ty)?;
+    values.add(&after.broadcast_in_dim(&values.ty.shape, &[])?)?.reshape(shape)
+}
+
+/// The blocks' values, `[blocks, block_dims(ty)...]`.
+fn block_values<'t>(raw: &Tensor<'t>, ty: GgmlType) -> Result<Tensor<'t>> {
     let blocks = Blocks::new(raw, ty)?;
     use GgmlType as T;
     let y = match ty {
@@ -114,7 +129,7 @@ pub fn decompose<'t>(raw: &Tensor<'t>, ty: GgmlType, shape: &[usize]) -> Result<
         T::MXFP4 => mxfp4(&blocks)?,
         _ => return Err(TraceError::Op { op: "dequantize", message: format!("ggml type {ty} has no decomposition") }),
     };
-    y.reshape(shape)
+    Ok(y)
 }
 
 /// A tensor's blocks as `[lead..., type_size]` bytes (`i8` and `ui8`
