@@ -20,48 +20,41 @@ pub(super) fn lower_dequantize<'c, 'a>(
     raw_ty: &TensorType,
     ty: &TensorType,
 ) -> Result<Value<'c, 'a>, LowerError> {
-    let callee = callee_name(ggml, raw_ty, ty);
-    if e.scope.callees.borrow_mut().insert(callee.clone()) {
-        let t = Tracer::new(&callee);
-        let body = t
-            .input("raw", raw_ty.clone())
-            .and_then(|raw| dequant::decompose(&raw, ggml, &ty.shape))
-            .and_then(|y| t.finish(&[&y]))
-            .map_err(|err| e.error(format!("cannot build @{callee}: {err}")))?;
-        e.session.lower_function(e.scope, &body, FunctionKind::Private, &[])?;
-    }
-    Ok(e.call(&callee, &[raw], &[e.tensor_type(ty)])[0])
+    lower_dequantize_after(e, ggml, raw, raw_ty, ty, None)
 }
 
-/// [`lower_dequantize`] plus `after`, a `tensor<f32>` zero computed from
-/// another value, which the decoding waits for
-/// ([`dequant::decompose_after`]; `@dequantize_after_...`).
+/// [`lower_dequantize`], plus (where given) `after`, a `tensor<f32>` zero
+/// computed from another value, which the decoding then waits for
+/// ([`dequant::decompose_after`]). `@dequantize_q4_k_4096x14336`, or
+/// `@dequantize_after_...` with `after`.
 pub(super) fn lower_dequantize_after<'c, 'a>(
     e: &Emitter<'c, 'a>,
     ggml: GgmlType,
     raw: Value<'c, 'a>,
     raw_ty: &TensorType,
     ty: &TensorType,
-    after: Value<'c, 'a>,
+    after: Option<Value<'c, 'a>>,
 ) -> Result<Value<'c, 'a>, LowerError> {
-    let callee = ggml_callee("dequantize_after", ggml, raw_ty, &ty.shape);
+    let op = if after.is_some() { "dequantize_after" } else { "dequantize" };
+    let callee = ggml_callee(op, ggml, raw_ty, &ty.shape);
     if e.scope.callees.borrow_mut().insert(callee.clone()) {
         let t = Tracer::new(&callee);
-        let body = t
-            .input("raw", raw_ty.clone())
-            .and_then(|raw| Ok((raw, t.input("after", TensorType::new([], DType::F32))?)))
-            .and_then(|(raw, after)| dequant::decompose_after(&raw, ggml, &ty.shape, &after))
-            .and_then(|y| t.finish(&[&y]))
-            .map_err(|err| e.error(format!("cannot build @{callee}: {err}")))?;
+        let body = (|| {
+            let raw = t.input("raw", raw_ty.clone())?;
+            let y = match after {
+                Some(_) => {
+                    let after = t.input("after", TensorType::new([], DType::F32))?;
+                    dequant::decompose_after(&raw, ggml, &ty.shape, &after)?
+                }
+                None => dequant::decompose(&raw, ggml, &ty.shape)?,
+            };
+            t.finish(&[&y])
+        })()
+        .map_err(|err| e.error(format!("cannot build @{callee}: {err}")))?;
         e.session.lower_function(e.scope, &body, FunctionKind::Private, &[])?;
     }
-    Ok(e.call(&callee, &[raw, after], &[e.tensor_type(ty)])[0])
-}
-
-/// `dequantize_q4_k_4096x14336`, with `_ui8` for unsigned raw bytes and `d`
-/// for a `?` dim.
-fn callee_name(ggml: GgmlType, raw_ty: &TensorType, ty: &TensorType) -> String {
-    ggml_callee("dequantize", ggml, raw_ty, &ty.shape)
+    let operands: Vec<Value> = std::iter::once(raw).chain(after).collect();
+    Ok(e.call(&callee, &operands, &[e.tensor_type(ty)])[0])
 }
 
 /// `{op}_{ggml type}_{dims}`: the symbol of a composite op's private

@@ -215,10 +215,10 @@ pub(super) fn lower_chunked_weight_product<'c, 'a>(
     // (Gemma 3n E2B, 5 tokens: 5.0 s against 1.6).
     let zero = super::constant::lower_constant(e, 0.0, &TensorType::new([], DType::F32))?;
     let after_x = zero_after(e, x, zero)?;
-    let first = chunks.dequantize_after(e, index_constant(e, 0)?, after_x)?;
+    let first = chunks.dequantize(e, index_constant(e, 0)?, Some(after_x))?;
     let first = weight_product_into(e, x, first, 1, product_init, &chunks.product_ty)?;
     let init = super::layout::lower_pad(e, first, zero, [&[0, 0], &[0, rows - chunk], &[0, 0]], e.tensor_type(ty))?;
-    let second = chunks.dequantize_after(e, index_constant(e, 1)?, after_x)?;
+    let second = chunks.dequantize(e, index_constant(e, 1)?, Some(after_x))?;
     let carried = [index_constant(e, 1)?, init, second];
     let carried_types = [e.tensor_type(&index_ty), e.tensor_type(ty), e.tensor_type(&chunks.part_ty)];
     let block_args: Vec<(Type, Location)> = carried_types.iter().map(|&ty| (ty, loc)).collect();
@@ -237,7 +237,7 @@ pub(super) fn lower_chunked_weight_product<'c, 'a>(
         let e = &Emitter { block: &body, function: &function, ..*e };
         let arg = |n: usize| -> Value { body.argument(n).expect("three carried values").into() };
         let next = e.emit(stablehlo::add(ctx, e.tensor_type(&index_ty), arg(0), index_constant(e, 1)?, loc))?;
-        let part = chunks.dequantize(e, next)?;
+        let part = chunks.dequantize(e, next, None)?;
         let out = chunks.multiply(e, arg(2), arg(0), arg(1))?;
         body.append_operation(stablehlo::r#return(ctx, &[next, out, part], loc).into());
     }
@@ -269,33 +269,15 @@ struct Chunks<'c, 'a> {
 impl<'c, 'a> Chunks<'c, 'a> {
     /// Chunk `i`'s rows (a `tensor<i64>`) as f32: its blocks' bytes, a
     /// slice of `raw`, through the private function of a whole `dequantize`
-    /// of that shape.
-    fn dequantize<'b>(&self, e: &Emitter<'c, 'b>, i: Value<'c, 'b>) -> Result<Value<'c, 'b>, LowerError>
-    where
-        'a: 'b,
-    {
-        let part = self.slice(e, i)?;
-        super::dequantize::lower_dequantize(e, self.ggml, part, &self.raw_ty, &self.part_ty)
-    }
-
-    /// [`Self::dequantize`] plus `after`, a zero read from the prompt's rows
-    /// ([`zero_after`]), added where the values are made: the dequantization
-    /// waits for `x`.
-    fn dequantize_after<'b>(
+    /// of that shape; with `after`, a zero read from the prompt's rows
+    /// ([`zero_after`]) added where the values are made, so that the
+    /// dequantization waits for `x`.
+    fn dequantize<'b>(
         &self,
         e: &Emitter<'c, 'b>,
         i: Value<'c, 'b>,
-        after: Value<'c, 'b>,
+        after: Option<Value<'c, 'b>>,
     ) -> Result<Value<'c, 'b>, LowerError>
-    where
-        'a: 'b,
-    {
-        let part = self.slice(e, i)?;
-        super::dequantize::lower_dequantize_after(e, self.ggml, part, &self.raw_ty, &self.part_ty, after)
-    }
-
-    /// Chunk `i`'s blocks, a slice of `raw`.
-    fn slice<'b>(&self, e: &Emitter<'c, 'b>, i: Value<'c, 'b>) -> Result<Value<'c, 'b>, LowerError>
     where
         'a: 'b,
     {
@@ -304,7 +286,8 @@ impl<'c, 'a> Chunks<'c, 'a> {
         let index = e.tensor_type(&TensorType::new([], DType::I64));
         let start = e.emit(stablehlo::multiply(ctx, index, i, index_constant(e, bytes)?, loc))?;
         let raw_ty = e.tensor_type(&self.raw_ty);
-        e.emit(stablehlo::dynamic_slice(ctx, raw_ty, self.raw, &[start], e.i64_array(&[bytes]), loc))
+        let part = e.emit(stablehlo::dynamic_slice(ctx, raw_ty, self.raw, &[start], e.i64_array(&[bytes]), loc))?;
+        super::dequantize::lower_dequantize_after(e, self.ggml, part, &self.raw_ty, &self.part_ty, after)
     }
 
     /// `out` with chunk `i`'s columns the product of the prompt's rows and
