@@ -23,7 +23,8 @@ warm-up round on the first 5 ids, rounds that each time kiln and then llama.cpp:
   `decode` (kiln; its caches go back in as the previous step returned them, in place) or
   `eval` of one token (llama.cpp), then the logits' argmax on the host: steps / their wall;
 - with a prompt of at most `--generate-max-prompt` tokens, kiln's `generate` too:
-  (wall of generate 1+K - generate 1) / K, the serving loop inside the module;
+  (wall of generate 1+K - generate 1) / K, the serving loop inside the module (after a
+  generate 1 left out: the first call after the round's is slower);
 - the median decode step of each engine (the median of the rounds' median steps: a step
   that other load on the machine preempted counts once, not by its length);
 - peak RSS: each worker's VmHWM (Python, runtime, mapped weights, caches).
@@ -509,6 +510,9 @@ def measure(row, model, args, workers):
             kiln = workers["kiln"].call("round", ids=ids, steps=steps)
             gen = None
             if row.prompt <= args.generate_max_prompt:
+                # The first `generate` after the round's calls takes its buffers anew (Gemma 3n
+                # E2B: 2.1 s against 1.5 s for one token), which would count against the steps.
+                workers["kiln"].call("generate", ids=ids, n=1)
                 one = workers["kiln"].call("generate", ids=ids, n=1)
                 many = workers["kiln"].call("generate", ids=ids, n=1 + steps)
                 gen = (one, many)

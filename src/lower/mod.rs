@@ -221,7 +221,9 @@ impl Session {
                 }
                 (None, _) => {}
             }
-            self.lower_function(scope, spec.fill, FunctionKind::Untiled, &[])?;
+            for fill in [spec.fill].into_iter().chain(spec.fill_chunk) {
+                self.lower_function(scope, fill, FunctionKind::Untiled, &[])?;
+            }
             self.lower_function(scope, spec.head, FunctionKind::Private, &[])?;
             // The caller's caches are decode's output storage: without it,
             // IREE writes new caches every step (2 x 94 MB for SmolLM2 at

@@ -4,7 +4,7 @@
 use super::blocks::LayerKv;
 use super::{ModelError, Result};
 use crate::graph::{ComparisonDirection, DType, TensorType, DYNAMIC};
-use crate::trace::nn::causal_mask;
+use crate::trace::nn::{causal_mask, sliding_window_mask};
 use crate::trace::{Tensor, Tracer};
 
 /// Keys or values of every layer, `[block_count, head_count_kv,
@@ -154,16 +154,20 @@ impl<'t> KvCache<'t> {
         Ok((self.keys.write(layer, k, &self.start)?, self.values.write(layer, v, &self.start)?))
     }
 
-    /// Writes one position's keys and values `[kv_heads, 1, dim]` at
-    /// `start` of `layer` and returns those its query sees:
-    /// - positions `0..=start`, `[kv_heads, ?, dim]` with `?` = `start + 1`,
-    ///   and no mask;
-    /// - on a layer whose `window` is shorter than the cache, the `window`
-    ///   positions ending at `start` (starting at 0 until that many are
-    ///   written, a mask then hiding those past `start`). A static slice:
+    /// Writes this call's keys and values `[kv_heads, n, dim]` (a static
+    /// `n`) at `start..start + n` of `layer` and returns those its queries
+    /// see:
+    /// - positions `0..start + n`, `[kv_heads, ?, dim]` with `?` = `start +
+    ///   n`, under a causal mask where `n` > 1 (none for one query, which
+    ///   sees them all);
+    /// - on a layer whose `window` is shorter than the cache, the `window +
+    ///   n - 1` positions ending at `start + n - 1` (starting at 0 until that
+    ///   many are written), under a sliding-window mask. A static slice:
     ///   every `?` of a function is one run-time size, and the global
-    ///   layers' is `start + 1`. Either way the cost follows the filled
-    ///   positions (or the window), not the capacity.
+    ///   layers' is `start + n`.
+    ///
+    /// Either way the cost follows the filled positions (or the window), not
+    /// the capacity.
     pub(crate) fn write_filled(
         &mut self,
         layer: usize,
@@ -171,31 +175,39 @@ impl<'t> KvCache<'t> {
         v: &Tensor<'t>,
         window: Option<usize>,
     ) -> Result<LayerKv<'t>> {
-        if [k, v].iter().any(|x| x.ty.rank() != 3 || x.ty.shape[1] != 1) {
+        if [k, v].iter().any(|x| x.ty.rank() != 3 || x.ty.is_dynamic() || x.ty.shape[1] != k.ty.shape[1]) {
             return Err(ModelError::Config(format!(
-                "attending over the filled cache takes one position's keys and values [kv_heads, 1, dim], found {} and {}",
+                "attending over the filled cache takes this call's keys and values [kv_heads, n, dim], n static, found {} and {}",
                 k.ty, v.ty
             )));
         }
+        let n = k.ty.shape[1];
         self.keys.put(layer, k, &self.start)?;
         self.values.put(layer, v, &self.start)?;
         let t = self.start.tracer();
         let scalar = |x: usize| t.constant(x as f64, self.start.ty.clone());
-        let filled = self.start.add(&scalar(1)?)?;
-        match window.filter(|&w| w < self.context()) {
-            None => Ok(LayerKv {
-                keys: self.keys.filled(layer, &filled, k.ty.dtype)?,
-                values: self.values.filled(layer, &filled, v.ty.dtype)?,
-                mask: None,
-            }),
+        let filled = self.start.add(&scalar(n)?)?;
+        match window.filter(|&w| w + n - 1 < self.context()) {
+            None => {
+                let keys = self.keys.filled(layer, &filled, k.ty.dtype)?;
+                let values = self.values.filled(layer, &filled, v.ty.dtype)?;
+                // Traced after the slices, which give the `?` its size.
+                let mask = match (n, window) {
+                    (1, _) => None,
+                    (_, Some(window)) => Some(sliding_window_mask(t, n, DYNAMIC, &self.start, window)?),
+                    (_, None) => Some(causal_mask(t, n, DYNAMIC, &self.start)?),
+                };
+                Ok(LayerKv { keys, values, mask })
+            }
             Some(window) => {
+                let seen = window + n - 1;
                 // dynamic_slice would clamp a negative start to 0 too; the
                 // mask needs the start it reads from.
-                let first = filled.subtract(&scalar(window)?)?.maximum(&scalar(0)?)?;
-                let mask = causal_mask(t, 1, window, &self.start.subtract(&first)?)?;
+                let first = filled.subtract(&scalar(seen)?)?.maximum(&scalar(0)?)?;
+                let mask = sliding_window_mask(t, n, seen, &self.start.subtract(&first)?, window)?;
                 Ok(LayerKv {
-                    keys: self.keys.window(layer, &first, window, k.ty.dtype)?,
-                    values: self.values.window(layer, &first, window, v.ty.dtype)?,
+                    keys: self.keys.window(layer, &first, seen, k.ty.dtype)?,
+                    values: self.values.window(layer, &first, seen, v.ty.dtype)?,
                     mask: Some(mask),
                 })
             }

@@ -52,18 +52,11 @@ pub trait Decoder<'t> {
 
     /// [`Decoder::hidden`] at the cache's next positions: the last
     /// position's, `[1, hidden]`. Into an empty cache the tokens attend to
-    /// their own keys only ([`Keys::Own`]); one token attends over the
-    /// cache's filled positions only ([`Keys::Filled`]); more attend over
-    /// the whole cache under a mask.
+    /// their own keys only ([`Keys::Own`]); else over the cache's filled
+    /// positions only ([`Keys::Filled`]).
     fn hidden_cached(&self, tokens: &Tensor<'t>, cache: &mut KvCache<'t>) -> Result<Tensor<'t>> {
-        let seq = tokens.ty.shape[0];
-        let positions = cache.positions(seq)?;
-        let start = cache.start.clone();
-        let keys = match seq {
-            _ if cache.empty => Keys::Own,
-            1 => Keys::Filled,
-            _ => Keys::Masked { len: cache.context(), q_offset: (&start).into() },
-        };
+        let positions = cache.positions(tokens.ty.shape[0])?;
+        let keys = if cache.empty { Keys::Own } else { Keys::Filled };
         self.hidden(tokens, Span { positions: &positions, keys, logits: Logits::Last }, Some(cache))
     }
 }
@@ -96,11 +89,11 @@ pub enum Keys<'a, 't> {
     /// attention costs what the prompt holds, not the capacity. They are
     /// still written into the cache, for the calls after it.
     Own,
-    /// One query at the cache's next position (`cache.start`): it attends
-    /// to the positions written so far, up to and including its own (the
-    /// last `window` of them on a sliding layer), which the cache slices
-    /// out (`KvCache::write_filled`). A decode step's attention then
-    /// costs what the cache holds, not what it could hold.
+    /// Queries at the cache's next positions (`cache.start..`), a static
+    /// number of them: each attends to the positions written so far, up to
+    /// and including its own (the last `window` of them on a sliding layer),
+    /// which the cache slices out (`KvCache::write_filled`). A decode step's
+    /// attention then costs what the cache holds, not what it could hold.
     Filled,
 }
 

@@ -66,10 +66,14 @@ fn decode_graph(family: &Family, weights: &dyn Checkpoint, cache: CacheSpec, dec
     step_graph("decode", family, weights, cache, decode_len, Returns::Logits)
 }
 
-/// [`Serving::fill`]: `decode`'s step without the head.
-fn fill_graph(family: &Family, weights: &dyn Checkpoint, cache: CacheSpec) -> Result<Graph> {
-    step_graph("fill", family, weights, cache, 1, Returns::Hidden)
+/// [`Serving::fill`] (`tokens` 1, `decode`'s step without the head) or
+/// [`Serving::fill_chunk`] (`tokens` [`FILL_CHUNK`]).
+fn fill_graph(name: &str, family: &Family, weights: &dyn Checkpoint, cache: CacheSpec, tokens: usize) -> Result<Graph> {
+    step_graph(name, family, weights, cache, tokens, Returns::Hidden)
 }
+
+/// Tokens a [`Serving::fill_chunk`] step takes.
+pub const FILL_CHUNK: usize = 4;
 
 /// `name(tokens: tensor<1 x decode_len x i32>, position, keys, values) ->
 /// (what `returns` says, keys, values)`.
@@ -128,6 +132,13 @@ pub struct Serving {
     /// tensor<1x1xHxf32>, keys, values)`: a decode step up to the head's
     /// input, what the prompt's steps but the last run.
     pub fill: Graph,
+    /// `fill_chunk(tokens: tensor<1xCxi32>, position, keys, values) ->
+    /// (hidden, keys, values)`, `C` = [`FILL_CHUNK`]: `fill` over `C` tokens
+    /// at once, the stepped prompt's steps while `C` or more of its tokens
+    /// are left (its products read each packed block once for `C` rows);
+    /// `None` where no stepped prompt is that long, and for a mixture of
+    /// experts (whose layers run every expert over more than one token).
+    pub fill_chunk: Option<Graph>,
     /// `head(hidden) -> logits: tensor<1x1xVxf32>`. `decode` is `head` after
     /// `fill` ([`Serving::decode_reference`]): one traced model body, not
     /// two (Qwen3-30B-A3B's export took 0.66 s and 62 MB with a `decode`
@@ -185,7 +196,13 @@ impl Serving {
             true => Some(prompt_graph(family, weights, cache)?),
             false => None,
         };
-        let fill = fill_graph(family, weights, cache)?;
+        let fill = fill_graph("fill", family, weights, cache, 1)?;
+        let stepped_prefill = stepped_prefill.min(cache.max_context);
+        // A mixture of experts runs every expert over several tokens (moe.rs).
+        let fill_chunk = match stepped_prefill >= FILL_CHUNK && family.experts().is_none() {
+            true => Some(fill_graph("fill_chunk", family, weights, cache, FILL_CHUNK)?),
+            false => None,
+        };
         let head = head_graph(family, weights, &fill.node(fill.outputs()[0]).ty)?;
         let used: BTreeSet<&str> =
             [&fill, &head].into_iter().chain(&prefill).flat_map(|g| g.params()).map(|(_, name, _)| name).collect();
@@ -196,10 +213,11 @@ impl Serving {
         Ok(Serving {
             prefill,
             fill,
+            fill_chunk,
             head,
             pick: greedy_pick("pick", 1, vocab)?,
             max_context: cache.max_context,
-            stepped_prefill: stepped_prefill.min(cache.max_context),
+            stepped_prefill,
         })
     }
 
@@ -209,6 +227,7 @@ impl Serving {
         crate::lower::GreedyLoop {
             prefill: self.prefill.as_ref(),
             fill: &self.fill,
+            fill_chunk: self.fill_chunk.as_ref(),
             head: &self.head,
             pick: &self.pick,
             max_context: self.max_context,
@@ -217,9 +236,10 @@ impl Serving {
     }
 
     /// What the serving module's `prefill(prompt)` computes, by the reference
-    /// interpreter: `fill` steps from empty caches and the head for a prompt
-    /// of at most [`Serving::stepped_prefill`] tokens, else the prompt's
-    /// graph. Returns `(logits, keys, values)`.
+    /// interpreter: from empty caches, `fill_chunk` steps while a chunk is
+    /// left, `fill` steps for the rest, and the head, for a prompt of at
+    /// most [`Serving::stepped_prefill`] tokens; else the prompt's graph.
+    /// Returns `(logits, keys, values)`.
     pub fn prefill_reference(
         &self,
         params: &dyn ParamSource,
@@ -240,10 +260,16 @@ impl Serving {
                 Value::from_le_bytes(ty, &vec![0; ty.num_elements() * ty.dtype.size_in_bytes()])
             })
             .collect::<std::result::Result<_, _>>()?;
-        for (i, &token) in prompt.iter().enumerate() {
-            let mut inputs = vec![token_ids(&[token]), scalar_i32(i as i32)];
+        let mut position = 0;
+        while position < prompt.len() {
+            let (graph, n) = match &self.fill_chunk {
+                Some(chunk) if prompt.len() - position >= FILL_CHUNK => (chunk, FILL_CHUNK),
+                _ => (&self.fill, 1),
+            };
+            let mut inputs = vec![token_ids(&prompt[position..position + n]), scalar_i32(position as i32)];
             inputs.extend(state.drain(1..));
-            state = crate::interp::run(&self.fill, &inputs, params)?;
+            state = crate::interp::run(graph, &inputs, params)?;
+            position += n;
         }
         self.head_of(params, state)
     }

@@ -712,8 +712,8 @@ pub fn attention<'t>(
             return fail(OP, format!("sinks must be [heads] = [{heads}], found {}", s.ty));
         }
     }
-    if mask.is_none() && k.ty.is_dynamic() && !q.ty.is_dynamic() && k.ty.shape[..=nb].iter().all(|&d| d == 1) {
-        return single_kv_head_attention(q, k, v, scale, soft_cap, sinks);
+    if k.ty.is_dynamic() && !q.ty.is_dynamic() && k.ty.shape[..=nb].iter().all(|&d| d == 1) {
+        return single_kv_head_attention(q, k, v, mask, scale, soft_cap, sinks);
     }
     // Grouped-query heads without repeating k and v (HF `repeat_kv`): q
     // [..., heads, s, d] is viewed as [..., kv_heads, groups, s, d] and each
@@ -799,14 +799,15 @@ pub fn attention<'t>(
 
 /// [`attention`] where every batch dim and the kv heads are 1 and the keys
 /// are `?` long (one kv head, decode over the filled cache), as plain
-/// matrix products: `q [heads·seq, hd] · k [kv_seq, hd]ᵀ`, then `· v
-/// [kv_seq, hd_v]`. IREE 3.13 rewrites a dot_general whose batch dims are
+/// matrix products: `q [heads·seq, hd] · k [kv_seq, hd]ᵀ` (masked as the
+/// scores would be), then `· v [kv_seq, hd_v]`. IREE 3.13 rewrites a dot_general whose batch dims are
 /// all 1 through a `stablehlo.reshape` without them, which a `?` dim makes
 /// invalid ("must be statically shaped").
 fn single_kv_head_attention<'t>(
     q: &Tensor<'t>,
     k: &Tensor<'t>,
     v: &Tensor<'t>,
+    mask: Option<&Tensor<'t>>,
     scale: f64,
     soft_cap: Option<f64>,
     sinks: Option<&Tensor<'t>>,
@@ -819,6 +820,14 @@ fn single_kv_head_attention<'t>(
     let mut scores = scores.multiply(&splat(&scores, scale)?)?;
     if let Some(cap) = soft_cap {
         scores = scores.soft_cap(cap)?;
+    }
+    if let Some(m) = mask {
+        // Over the scores' [.., heads, seq, kv_seq], then as their rows.
+        let mut shape = q.ty.shape.clone();
+        shape[rank - 1] = kv_seq;
+        let trailing: Vec<usize> = (rank - m.ty.rank()..rank).collect();
+        let m = m.broadcast_in_dim(&shape, &trailing)?.reshape(&[rows, kv_seq])?;
+        scores = m.select(&scores, &splat(&scores, f32::MIN as f64)?)?;
     }
     let probs = match sinks {
         // Rows are heads-major: head h's sink over its `seq` rows.
