@@ -488,7 +488,6 @@ fn fill_loop<'c, 'a>(
     let i32_scalar = TensorType::new([], DType::I32);
     let tokens_ty = fill.node(fill.inputs()[0]).ty.clone();
     let chunk = tokens_ty.shape[1] as i64;
-    let fill_types: Vec<Type> = output_types(fill).iter().map(t).collect();
 
     // Loop-carried: position, hidden, caches..., end.
     let mut carried = state.to_vec();
@@ -528,9 +527,9 @@ fn fill_loop<'c, 'a>(
         ))?;
         let mut inputs = vec![tokens, i];
         inputs.extend((2..end_at).map(arg));
-        let mut filled = e.call(&fill.name, &inputs, &fill_types);
+        let mut filled = call(&e, fill, &inputs);
         let never = compare(&e, i, zero, ComparisonDirection::Lt)?;
-        filled[0] = e.emit(stablehlo::select(ctx, fill_types[0], never, arg(1), filled[0], loc))?;
+        filled[0] = e.emit(stablehlo::select(ctx, filled[0].r#type(), never, arg(1), filled[0], loc))?;
         let mut yielded = vec![e.emit(stablehlo::add(ctx, t(&i32_scalar), i, chunk, loc))?];
         yielded.extend(filled);
         yielded.push(arg(end_at));
