@@ -100,6 +100,12 @@ pub const GPU_COMPILE_FLAGS: &[&str] = &[
 /// matches it, so one export compiles for every target.
 pub const HOST_TUNING_SPEC: &str = include_str!("../cmake/kiln-host-tuning.mlir");
 
+/// One GPU of each kind the tests compile for: gfx942 (MI300), sm_80
+/// (A100) and rdna3 (any Vulkan GPU of that kind). Compile only: no GPU,
+/// ROCm or CUDA is needed.
+#[cfg(test)]
+pub(crate) const TEST_GPUS: [&str; 3] = ["rocm:gfx942", "cuda:sm_80", "vulkan:rdna3"];
+
 /// Why a `--target` cannot be compiled for.
 #[derive(Debug, Error, PartialEq)]
 pub enum TargetError {
@@ -315,6 +321,14 @@ impl Iree {
             bin.display()
         );
         iree
+    }
+
+    /// Compiles for one GPU of each kind ([`TEST_GPUS`]), one module with a
+    /// variant each: what the crate's tests check every target takes.
+    #[cfg(test)]
+    pub(crate) fn compile_for_test_gpus(&self, mlir: &Path, vmfb: &Path) -> Result<ToolStats, IreeError> {
+        let gpus: Vec<Target> = TEST_GPUS.iter().map(|g| g.parse().expect("a known target")).collect();
+        self.compile_with_flags(&Target::gpu_flags(&gpus).expect("GPU targets"), mlir, vmfb, &[])
     }
 
     /// Compiles an `.mlir`/`.mlirbc` file for the host CPU into `vmfb`,

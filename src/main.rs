@@ -478,12 +478,7 @@ fn run(cli: Cli) -> Result<()> {
                 config.quant = synth::Quant::Uniform(ty);
             }
             if let Some(n) = layers {
-                anyhow::ensure!(
-                    n > 0 && n <= config.dims.block_count,
-                    "--layers {n}: {preset} has {} layers",
-                    config.dims.block_count
-                );
-                config.dims.block_count = n;
+                config.first_layers(n).map_err(|e| anyhow::anyhow!("--layers {n}: {e}"))?;
             }
             if let Some(n) = experts {
                 config.arch = config.arch.with_experts(n).map_err(|e| anyhow::anyhow!("--experts {n}: {e}"))?;

@@ -3,11 +3,8 @@
 //! GPU kind. Compile only: no GPU is needed, nor ROCm or CUDA.
 
 use super::*;
-use crate::iree::Target;
+use crate::iree::{Target, TEST_GPUS as GPUS};
 use crate::models::synth::{self, Preset, SynthData};
-
-/// gfx942 (MI300), sm_80 (A100) and rdna3 (any Vulkan GPU of that kind).
-const GPUS: [&str; 3] = ["rocm:gfx942", "cuda:sm_80", "vulkan:rdna3"];
 
 /// What IREE 3.13 fails on, asserted so that a fix shows: (export, target,
 /// a line of the error).

@@ -195,6 +195,24 @@ pub struct SynthConfig {
     pub byte_tokenizer: bool,
 }
 
+impl SynthConfig {
+    /// The model's first `n` layers only (`1..=` its layers). Gemma 3n's
+    /// layers that share keys and values are its last ones: a cut keeps
+    /// those of them it reaches, so that some layer still computes them.
+    pub fn first_layers(&mut self, n: usize) -> std::result::Result<(), String> {
+        let layers = self.dims.block_count;
+        if n == 0 || n > layers {
+            return Err(format!("{} has {layers} layers", self.name));
+        }
+        if let Arch::Gemma3n { shared_kv_layers, sparse_layers, .. } = &mut self.arch {
+            *shared_kv_layers = shared_kv_layers.saturating_sub(layers - n);
+            *sparse_layers = (*sparse_layers).min(n);
+        }
+        self.dims.block_count = n;
+        Ok(())
+    }
+}
+
 /// The built-in sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Preset {
@@ -875,6 +893,25 @@ mod tests {
         let graph =
             crate::models::entry_points(&crate::models::Family::new(config), &weights, 64, 1).unwrap().remove(1);
         assert_eq!(graph.params().count(), g.tensors().len());
+    }
+
+    /// A cut of Gemma 3n E2B keeps the KV-sharing layers it reaches (its
+    /// last 10 of 30), so that any cut loads: 5 layers share none, 25 five.
+    #[test]
+    fn gemma3n_e2b_cut_to_its_first_layers_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        for (n, shared, sparse) in [(5, 0, 5), (25, 5, 10), (30, 10, 10)] {
+            let mut c = Preset::Gemma3nE2b.config();
+            c.first_layers(n).unwrap();
+            let path = dir.path().join(format!("e2b-{n}.gguf"));
+            write(&c, &path, SynthData::Zeros).unwrap();
+            let config = crate::models::gemma3n::Config::from_gguf(&Gguf::open(&path).unwrap()).unwrap();
+            let dense = config.sparsity.iter().filter(|s| s.is_none()).count();
+            assert_eq!((config.dims.block_count, config.shared_kv_layers, n - dense), (n, shared, sparse));
+        }
+        let mut c = Preset::Gemma3nE2b.config();
+        assert_eq!(c.first_layers(31).unwrap_err(), "kiln synthetic gemma3n-e2b has 30 layers");
+        assert!(c.first_layers(0).is_err());
     }
 
     #[test]

@@ -751,6 +751,8 @@ mod tests {
         std::fs::write(&mlir_path, lower::lower_to_string(&graph, &LowerOptions::default()).unwrap()).unwrap();
         let vmfb = dir.path().join("module.vmfb");
         iree.compile(&mlir_path, &vmfb).unwrap();
+        // Every GPU target takes every type's dequantize too (compile only).
+        iree.compile_for_test_gpus(&mlir_path, &dir.path().join("gpus.vmfb")).unwrap();
         let out_paths: Vec<PathBuf> = (0..2 * TYPES.len()).map(|i| dir.path().join(format!("out{i}.npy"))).collect();
         iree.run(&vmfb, "main", &[], &[("model", params_path.as_path())], &out_paths).unwrap();
 
@@ -830,6 +832,8 @@ mod tests {
         std::fs::write(&mlir_path, mlir).unwrap();
         let vmfb = dir.path().join("module.vmfb");
         iree.compile(&mlir_path, &vmfb).unwrap();
+        // Every GPU target takes every type's product too (compile only).
+        iree.compile_for_test_gpus(&mlir_path, &dir.path().join("gpus.vmfb")).unwrap();
         let in_paths: Vec<PathBuf> = (0..xs.len()).map(|i| dir.path().join(format!("x{i}.npy"))).collect();
         for (path, x) in in_paths.iter().zip(&xs) {
             npy::write(path, x).unwrap();
