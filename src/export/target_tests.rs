@@ -44,37 +44,30 @@ fn tiny_exports_compile_for_every_target() {
     synth::write(&Preset::TinyLlama.config(), &llama, SynthData::Seeded(0)).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/transformers");
     // Prompts past 4 tokens run the prompt graph, so that every graph is
-    // compiled; but gpt-oss's (which IREE 3.13 fails to compile for the tiny
-    // model on the host) is not in its default export.
+    // compiled.
     let exports = [
-        ("llama-q8_0-keep", llama.clone(), PackedPolicy::Keep, true, Some(4)),
-        ("llama-q8_0-dequantize", llama, PackedPolicy::Dequantize(DType::F32), true, Some(4)),
-        ("gemma3", fixtures.join("gemma3"), PackedPolicy::Fail, false, Some(4)),
-        ("gemma3n", fixtures.join("gemma3n"), PackedPolicy::Fail, false, Some(4)),
+        ("llama-q8_0-keep", llama.clone(), PackedPolicy::Keep, true),
+        ("llama-q8_0-dequantize", llama, PackedPolicy::Dequantize(DType::F32), true),
+        ("gemma3", fixtures.join("gemma3"), PackedPolicy::Fail, false),
+        ("gemma3n", fixtures.join("gemma3n"), PackedPolicy::Fail, false),
         // The mixtures of experts, their stacks packed (Q8_0; MXFP4).
-        ("qwen3moe-q8_0-keep", fixtures.join("qwen3moe/qwen3moe.gguf"), PackedPolicy::Keep, false, Some(4)),
-        ("gpt-oss-mxfp4-keep", fixtures.join("gpt_oss/gpt_oss.gguf"), PackedPolicy::Keep, false, None),
+        ("qwen3moe-q8_0-keep", fixtures.join("qwen3moe/qwen3moe.gguf"), PackedPolicy::Keep, false),
+        ("gpt-oss-mxfp4-keep", fixtures.join("gpt_oss/gpt_oss.gguf"), PackedPolicy::Keep, false),
         // An encoder: `embed`'s loop over the chunk and one-sentence graphs.
-        (
-            "bert",
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/bert/tiny"),
-            PackedPolicy::Fail,
-            false,
-            Some(4),
-        ),
+        ("bert", Path::new(env!("CARGO_MANIFEST_DIR")).join("test/models/bert/tiny"), PackedPolicy::Fail, false),
     ];
     let iree = Iree::for_tests();
     let failures: Vec<String> = std::thread::scope(|s| {
         let runs: Vec<_> = exports
             .iter()
-            .map(|(name, model, packed, host, stepped_prefill)| {
+            .map(|(name, model, packed, host)| {
                 let (work, iree) = (work.path(), &iree);
                 s.spawn(move || {
                     let dir = work.join(name);
                     let options = ExportOptions {
                         packed: *packed,
                         max_context: Some(16),
-                        stepped_prefill: *stepped_prefill,
+                        stepped_prefill: Some(4),
                         ..ExportOptions::default()
                     };
                     export(model, &dir, &options, &mut ()).unwrap_or_else(|e| panic!("{name}: export: {e}"));
