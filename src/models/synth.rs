@@ -204,9 +204,8 @@ impl SynthConfig {
         if n == 0 || n > layers {
             return Err(format!("{} has {layers} layers", self.name));
         }
-        if let Arch::Gemma3n { shared_kv_layers, sparse_layers, .. } = &mut self.arch {
+        if let Arch::Gemma3n { shared_kv_layers, .. } = &mut self.arch {
             *shared_kv_layers = shared_kv_layers.saturating_sub(layers - n);
-            *sparse_layers = (*sparse_layers).min(n);
         }
         self.dims.block_count = n;
         Ok(())
