@@ -442,6 +442,7 @@ fn eval(
         Op::Param { name } => return load_param(params, name, ty),
         Op::Constant { value } => Ok(constant::constant(*value, ty)),
         Op::Iota { iota_dimension } => Ok(constant::iota(*iota_dimension, ty)),
+        Op::Range => Ok(constant::iota(0, ty)),
         Op::Unary(op) => elementwise::unary(*op, &arg(0).data),
         Op::Binary(op) => elementwise::binary(*op, &arg(0).data, &arg(1).data),
         Op::Convert => Ok(elementwise::convert(&arg(0).data, ty.dtype)),

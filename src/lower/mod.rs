@@ -835,6 +835,7 @@ impl<'c, 'a> Emitter<'c, 'a> {
             Op::Param { name } => param::load_global(self, &self.scope.globals, name, ty),
             Op::Constant { value } => constant::lower_constant(self, *value, ty),
             Op::Iota { iota_dimension } => constant::lower_iota(self, *iota_dimension, ty),
+            Op::Range => constant::lower_range(self, ty.shape[0]),
             Op::Unary(u) => elementwise::lower_unary(self, *u, operands[0], result),
             Op::Binary(b) => elementwise::lower_binary(self, *b, operands[0], operands[1], result),
             Op::Convert => elementwise::lower_convert(self, operands[0], result),

@@ -7,8 +7,7 @@ use super::layout::lower_broadcast_in_dim;
 use super::{Emitter, LowerError};
 use crate::graph::{DType, ReduceKind, TensorType, DYNAMIC};
 use melior::ir::operation::{OperationLike, OperationResult};
-use melior::ir::r#type::TypeLike;
-use melior::ir::{Attribute, Block, BlockLike, Region, RegionLike, Value};
+use melior::ir::{Block, BlockLike, Region, RegionLike, Value};
 
 pub(super) fn lower_reduce<'c, 'a>(
     e: &Emitter<'c, 'a>,
@@ -135,20 +134,8 @@ pub(super) fn lower_argmax<'c, 'a>(
     let index = if len == DYNAMIC {
         super::constant::lower_iota(e, dimension, &index_ty)?
     } else {
-        let range_ty = TensorType::new([len], DType::I32);
-        // From the values themselves: an attribute per element made a
-        // 152k-token vocabulary's indices cost 5 MB of uniqued integers.
-        let values: Vec<i32> = (0..len as i32).collect();
-        // SAFETY: the type is a valid shaped type of `len` i32 elements and
-        // `values` holds `len` of them, which MLIR copies.
-        let raw = unsafe {
-            mlir_sys::mlirDenseElementsAttrInt32Get(e.tensor_type(&range_ty).to_raw(), len as isize, values.as_ptr())
-        };
-        // SAFETY: a null attribute is mapped to None.
-        let range = unsafe { Attribute::from_option_raw(raw) }
-            .ok_or_else(|| e.error(format!("cannot build the indices 0..{len}")))?;
-        let range = e.emit(stablehlo::constant(ctx, e.tensor_type(&range_ty), range, loc))?;
-        lower_broadcast_in_dim(e, range, &range_ty, &[dimension], &index_ty)?
+        let range = super::constant::lower_range(e, len)?;
+        lower_broadcast_in_dim(e, range, &TensorType::new([len], DType::I32), &[dimension], &index_ty)?
     };
     let past_end = super::constant::lower_constant(e, len as f64, &index_ty)?;
     let candidate = e.emit(stablehlo::select(ctx, e.tensor_type(&index_ty), hit, index, past_end, loc))?;

@@ -293,10 +293,11 @@ struct Chosen<'t> {
 fn top_k<'t>(logits: &Tensor<'t>, probs: &Tensor<'t>, k: usize) -> Result<Vec<Chosen<'t>>> {
     let t = probs.tracer();
     let shape = probs.ty.shape.clone();
-    // A static iota broadcast over the rows: IREE 3.13 fails to compile a
-    // prefill's `[?, E]` dynamic iota here ("vector.store ... restricted to
-    // workgroup distributed contexts").
-    let columns = t.iota(0, TensorType::new([shape[1]], DType::I32))?.broadcast_in_dim(&shape, &[1])?;
+    // A constant range broadcast over the rows: IREE 3.13 fails to compile
+    // a prefill's `[?, E]` dynamic iota here ("vector.store ... restricted
+    // to workgroup distributed contexts"), and Vulkan an iota of any shape
+    // (its `index` crosses the next round's reduction).
+    let columns = t.range(shape[1])?.broadcast_in_dim(&shape, &[1])?;
     let (zero, neg_inf) = (t.constant(0.0, probs.ty.clone())?, t.constant(f64::NEG_INFINITY, probs.ty.clone())?);
     let mut left = logits.clone();
     (0..k)

@@ -104,6 +104,12 @@ impl Tracer {
         self.push("", Op::Iota { iota_dimension }, &[], Some(ty))
     }
 
+    /// The indices `0..n` as a constant `tensor<n x i32>` ([`Op::Range`]):
+    /// an iota's values, where an iota would be fused into a reduction.
+    pub fn range(&self, n: usize) -> Result<Tensor<'_>, TraceError> {
+        self.push("", Op::Range, &[], Some(TensorType::new([n], DType::I32)))
+    }
+
     /// Joins `inputs` (same dtype, sizes equal off `dimension`) along `dimension`.
     pub fn concatenate(&self, inputs: &[&Tensor<'_>], dimension: usize) -> Result<Tensor<'_>, TraceError> {
         self.push("", Op::Concatenate { dimension }, inputs, None)

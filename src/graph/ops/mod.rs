@@ -45,6 +45,10 @@ pub enum Op {
         /// The dim whose index each element holds.
         iota_dimension: usize,
     },
+    /// The indices `0..n` of a static `tensor<n x i32>`, lowered as a
+    /// constant rather than an iota (whose `index`, fused into a reduction,
+    /// IREE 3.13's Vulkan codegen cannot compile).
+    Range,
     /// An element-wise op of one operand.
     Unary(UnaryOp),
     /// An element-wise op of two operands of one type.
@@ -204,6 +208,7 @@ impl Op {
             Op::Param { .. } => "param",
             Op::Constant { .. } => "constant",
             Op::Iota { .. } => "iota",
+            Op::Range => "range",
             Op::Unary(u) => u.name(),
             Op::Binary(b) => b.name(),
             Op::Convert => "convert",
@@ -242,6 +247,7 @@ impl Op {
                 | Op::Param { .. }
                 | Op::Constant { .. }
                 | Op::Iota { .. }
+                | Op::Range
                 | Op::Convert
                 | Op::BitcastConvert
                 | Op::Reshape
@@ -256,7 +262,7 @@ impl Op {
         let op = self.name();
         // The operand count, or the least that a variadic op takes.
         let (arity, variadic) = match self {
-            Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } => (0, false),
+            Op::Input | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::Range => (0, false),
             Op::Unary(_)
             | Op::Convert
             | Op::BitcastConvert
@@ -307,6 +313,7 @@ impl Op {
                 Ok(declared.expect("checked above: declared-type op").clone())
             }
             Op::Iota { iota_dimension } => constant::infer_iota(*iota_dimension, declared.expect("declared-type op")),
+            Op::Range => constant::infer_range(declared.expect("declared-type op")),
             Op::Unary(u) => elementwise::infer_unary(*u, operands[0]),
             Op::Binary(b) => elementwise::infer_binary(b.name(), operands[0], operands[1]),
             Op::Convert => elementwise::infer_convert(operands[0], declared.expect("declared-type op")),
@@ -368,6 +375,7 @@ impl Op {
             | Op::Not
             | Op::Clamp
             | Op::Select
+            | Op::Range
             | Op::Reshape
             | Op::DynamicUpdateSlice
             | Op::RealDynamicSlice
@@ -420,6 +428,7 @@ impl Op {
             "param" => Op::Param { name: attrs.str("name")? },
             "constant" => Op::Constant { value: attrs.float("value")? },
             "iota" => Op::Iota { iota_dimension: attrs.int("iota_dimension")? },
+            "range" => Op::Range,
             "convert" => Op::Convert,
             "bitcast_convert" => Op::BitcastConvert,
             "not" => Op::Not,
