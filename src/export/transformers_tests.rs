@@ -286,7 +286,8 @@ fn mixtral_matches_transformers() {
 /// kept packed (written to params.irpa: IREE's GGUF reader has no MXFP4).
 /// From the GGUF, prompts past [`STEPPED_PREFILL`] run the prompt graph;
 /// from the others, every prompt runs as decode steps (gpt-oss's default,
-/// [`crate::models::default_stepped_prefill`]). From transformers' checkpoint too: its transposed experts (gate and up
+/// [`crate::models::default_stepped_prefill`]). From transformers'
+/// checkpoint too: its transposed experts (gate and up
 /// interleaved in `gate_up_proj`, `down_proj`) and their biases assembled
 /// into params.irpa (5 stacks a layer), the rest read in place; and stored
 /// as OpenAI's are, the experts HF's MXFP4 blocks and scales (repacked as

@@ -295,8 +295,8 @@ fn top_k<'t>(logits: &Tensor<'t>, probs: &Tensor<'t>, k: usize) -> Result<Vec<Ch
     let shape = probs.ty.shape.clone();
     // A constant range broadcast over the rows: IREE 3.13 fails to compile
     // a prefill's `[?, E]` dynamic iota here ("vector.store ... restricted
-    // to workgroup distributed contexts"), and Vulkan an iota of any shape
-    // (its `index` crosses the next round's reduction).
+    // to workgroup distributed contexts"), and Vulkan a static one at 128
+    // experts (its `index` crosses the next round's reduction).
     let columns = t.range(shape[1])?.broadcast_in_dim(&shape, &[1])?;
     let (zero, neg_inf) = (t.constant(0.0, probs.ty.clone())?, t.constant(f64::NEG_INFINITY, probs.ty.clone())?);
     let mut left = logits.clone();
