@@ -300,12 +300,20 @@ fn position_grids<'t>(
             Some(p.broadcast_in_dim(&grid.shape, dims)?)
         }
     };
-    let q = tracer.iota(0, grid.clone())?;
+    // Static positions are ranges, not iotas: an iota's index, fused into
+    // attention's softmax reductions, failed IREE 3.13's Vulkan codegen at a
+    // 128-wide sliding window (`memref<128xindex>` in workgroup memory). A
+    // prompt's `?` positions stay iotas.
+    let positions = |dim: usize, len: usize| match len {
+        DYNAMIC => tracer.iota(dim, grid.clone()),
+        _ => tracer.range(len)?.broadcast_in_dim(&grid.shape, &[dim]),
+    };
+    let q = positions(0, q_len)?;
     let q = match offset {
         Some(offset) => q.add(&offset)?,
         None => q,
     };
-    Ok((q, tracer.iota(1, grid)?))
+    Ok((q, positions(1, kv_len)?))
 }
 
 /// Causal mask `[q_len, kv_len]`, i1, true where query `i` may attend key `j`:
