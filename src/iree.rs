@@ -438,11 +438,27 @@ fn run_tool(mut cmd: Command) -> Result<(String, ToolStats), IreeError> {
     if !status.success() {
         return Err(IreeError::Failed {
             tool,
-            status: status.to_string(),
+            status: describe_exit(status, stats.peak_rss),
             stderr: String::from_utf8_lossy(&stderr).trim_end().to_string(),
         });
     }
     Ok((String::from_utf8_lossy(&stdout).into_owned(), stats))
+}
+
+/// `status` as std spells it, and for a SIGKILL what most likely sent it.
+/// `.venv/bin/iree-compile` is a Python wrapper that exits with its
+/// compiler's negated signal: 247 (-9) is a SIGKILL too, as is 137 from a
+/// shell.
+fn describe_exit(status: ExitStatus, peak_rss: u64) -> String {
+    let killed = status.signal() == Some(libc::SIGKILL) || matches!(status.code(), Some(137 | 247));
+    if !killed {
+        return status.to_string();
+    }
+    format!(
+        "{status}: killed, most likely by the kernel's out-of-memory killer at {:.1} GB peak resident memory; \
+         free memory (other compiles, caches) or compile on a machine with more",
+        peak_rss as f64 / 1e9
+    )
 }
 
 /// Waits for `child` with `wait4`, which also returns its resource use
@@ -503,6 +519,22 @@ mod tests {
                 assert!(status.contains('3'), "{status}");
             }
             other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+
+    /// A tool killed by SIGKILL, itself or through a wrapper that exits
+    /// with the signal (Python's -9, a shell's 137), is said to be killed.
+    #[test]
+    fn a_killed_tool_is_said_to_be_killed() {
+        for script in ["kill -9 $$", "exit 247", "exit 137"] {
+            let mut sh = Command::new("sh");
+            sh.args(["-c", script]);
+            match run_tool(sh) {
+                Err(IreeError::Failed { status, .. }) => {
+                    assert!(status.contains("out-of-memory killer"), "{script}: {status}")
+                }
+                other => panic!("{script}: expected a failure, got {other:?}"),
+            }
         }
     }
 
