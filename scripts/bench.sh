@@ -63,6 +63,13 @@ bench=target/bench
 mkdir -p "$bench"
 mb() { echo "scale=1; $1/1000000" | bc; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# timed_compile LABEL DIR [ARGS...]: `kiln compile ARGS DIR`, printing its wall
+# and peak RSS, or that it failed.
+timed_compile() {
+  local label=$1 dir=$2; shift 2
+  /usr/bin/time -f "$label: kiln compile wall %e s, peak RSS %M KB" "$kiln" compile "$@" "$dir" > /dev/null \
+    || echo "$label: kiln compile FAILED"
+}
 
 echo
 echo "== synthetic checkpoints (kiln dev synth) =="
@@ -174,8 +181,7 @@ rm -rf "$bench/out-gemma3-4.5b-archive-f32"
 echo
 echo "== kiln compile (iree::COMPILE_FLAGS) of the synthetic 1B and 8B exports (reference params, packed keep) =="
 for name in llama-1b llama3-8b; do
-  /usr/bin/time -f "$name: wall %e s, peak RSS %M KB" "$kiln" compile "$bench/out-$name-reference" > /dev/null \
-    || echo "$name: kiln compile FAILED"
+  timed_compile "$name" "$bench/out-$name-reference"
   rm -f "$bench/out-$name-reference/model.vmfb"
 done
 
@@ -190,8 +196,7 @@ echo "ops by kind (all functions):"
 grep -o '"\(stablehlo\|chlo\|tensor\)\.[a-z_]*"' "$e2b/model.mlir" | sort | uniq -c | sort -rn | head -12
 echo "signature (seed: @gemma3n(%tokens: tensor<1x24xi32>, %per_layer_inputs: tensor<1x24x30x256xf32>), static):"
 grep -o 'func.func @[a-z]*([^)]*)' "$e2b/model.mlir" | grep -v private
-/usr/bin/time -f "gemma3n-e2b: kiln compile wall %e s, peak RSS %M KB" "$kiln" compile "$e2b" > /dev/null \
-  || echo "gemma3n-e2b: kiln compile FAILED"
+timed_compile gemma3n-e2b "$e2b"
 if [ -f "$e2b/model.vmfb" ]; then
   # One decode step at position 5 of an empty cache: the weights are zeros,
   # the work is the real model's.
@@ -206,8 +211,7 @@ fi
 echo
 echo "== the 8B and E2B shapes compiled for rocm:gfx942 (MI300): compile only, no GPU here =="
 for dir in "$bench/out-llama3-8b-reference" "$e2b"; do
-  /usr/bin/time -f "$(basename "$dir") for rocm:gfx942: wall %e s, peak RSS %M KB" \
-    "$kiln" compile --target rocm:gfx942 "$dir" > /dev/null || echo "$(basename "$dir"): kiln compile --target rocm:gfx942 FAILED"
+  timed_compile "$(basename "$dir") for rocm:gfx942" "$dir" --target rocm:gfx942
   rm -f "$dir/model.vmfb"
 done
 
@@ -225,8 +229,7 @@ echo "== the whole Qwen3-30B-A3B shape (48 layers) compiled for the host =="
 # of its callers and the packed products at each layer): opt in with
 # `make bench BENCH_MOE_WHOLE=1` on a machine with 20 GB free.
 if [ -n "${BENCH_MOE_WHOLE:-}" ]; then
-  /usr/bin/time -f "qwen3-30b-a3b: kiln compile wall %e s, peak RSS %M KB" "$kiln" compile "$bench/out-qwen3-30b-a3b-reference" \
-    > /dev/null || echo "qwen3-30b-a3b: kiln compile FAILED"
+  timed_compile qwen3-30b-a3b "$bench/out-qwen3-30b-a3b-reference"
   rm -f "$bench/out-qwen3-30b-a3b-reference/model.vmfb"
 else
   echo "skipped (BENCH_MOE_WHOLE=1 runs it)"
